@@ -1,0 +1,42 @@
+# leakreport — `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OUT ?= out
+DEMO_HOSTS ?= 8
+DEMO_HOURS ?= 6
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test lint gold bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed ## create the local virtual environment with everything
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+demo: install ## simulate a fleet, analyze it, write the HTML report and print its path
+	rm -rf $(OUT)/demo-bucket
+	$(VENV)/bin/leakreport simulate --scenario all --hosts $(DEMO_HOSTS) --hours $(DEMO_HOURS) --seed 7 --out $(OUT)/demo-bucket --labels $(OUT)/demo-labels.json
+	$(VENV)/bin/leakreport analyze $(OUT)/demo-bucket --format json --out $(OUT)/demo-findings.json --fail-on never
+	$(VENV)/bin/leakreport report $(OUT)/demo-findings.json --out $(OUT)/demo-report.html
+	@echo "report: $(abspath $(OUT)/demo-report.html)"
+
+test: install ## run the test suite
+	$(PY) -m pytest -q
+
+lint: install ## ruff and mypy
+	$(VENV)/bin/ruff check collector analyzer reports tests
+	$(VENV)/bin/ruff format --check collector analyzer reports tests
+	$(VENV)/bin/mypy
+
+gold: install ## regenerate the report gold files (review the diff!)
+	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py
+
+clean: ## remove the virtual environment and outputs
+	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""leakreport: analyses trace buckets with SQL rule packs."""
+
+__version__ = "0.1.0"

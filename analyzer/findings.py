@@ -1,0 +1,184 @@
+"""The findings document: what the analyzer concludes, and all a report needs.
+
+Reports are built from this document alone (never from the bucket), so it also
+carries host inventory, downsampled memory series and log events for charts.
+This module imports nothing heavy: reports depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
+
+FINDINGS_SCHEMA_VERSION = 1
+
+RULE_STATUSES = ("passed", "failed", "skipped", "errored")
+
+
+@dataclass
+class Finding:
+    rule_id: str
+    category: str
+    severity: str
+    host: str
+    gpu: int | None
+    pid: int | None
+    start: str | None
+    end: str | None
+    summary: str
+    evidence: dict[str, Any]
+    remediation: str
+    title: str = ""
+    references: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"unknown category {self.category!r}")
+        severity_rank(self.severity)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (
+            -severity_rank(self.severity),
+            self.host,
+            -1 if self.gpu is None else self.gpu,
+            self.rule_id,
+            self.start or "",
+            -1 if self.pid is None else self.pid,
+        )
+
+
+@dataclass
+class RuleStatus:
+    rule_id: str
+    name: str
+    pack: str
+    status: str
+    reason: str | None = None
+    duration_s: float = 0.0
+    findings: int = 0
+
+
+@dataclass
+class PackInfo:
+    name: str
+    version: str
+    path: str
+
+
+@dataclass
+class RunInfo:
+    bucket: str
+    since: str | None
+    until: str | None
+    hosts: list[str]
+    generated_at: str
+    analyzer_version: str
+    packs: list[PackInfo] = field(default_factory=list)
+    rules: list[RuleStatus] = field(default_factory=list)
+    tables: dict[str, int] = field(default_factory=dict)  # table -> files read
+    data_start: str | None = None
+    data_end: str | None = None
+
+
+@dataclass
+class HostInfo:
+    host: str
+    engine: str | None = None
+    engine_version: str | None = None
+    model: str | None = None
+    gpu_name: str | None = None
+    gpus: int = 0
+    flags: dict[str, Any] = field(default_factory=dict)
+    first_ts: str | None = None
+    last_ts: str | None = None
+
+
+@dataclass
+class GpuSeries:
+    """Device memory of one GPU over time, downsampled for drawing (peaks kept)."""
+
+    host: str
+    gpu: int
+    gpu_name: str | None
+    total_bytes: int | None
+    t: list[float]  # epoch seconds
+    used_max: list[int]
+    used_min: list[int]
+    idle_windows: list[list[float]] = field(default_factory=list)  # [start, end, baseline_bytes]
+    trend: list[list[float]] = field(default_factory=list)  # [t0, bytes0, t1, bytes1]
+
+
+@dataclass
+class Event:
+    host: str
+    ts: str
+    kind: str
+    text: str
+    gpu: int | None = None
+
+
+@dataclass
+class FindingsDocument:
+    run: RunInfo
+    findings: list[Finding] = field(default_factory=list)
+    hosts: list[HostInfo] = field(default_factory=list)
+    series: list[GpuSeries] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    schema_version: int = FINDINGS_SCHEMA_VERSION
+
+    def worst_severity(self) -> str | None:
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=severity_rank)
+
+    def count_at_or_above(self, severity: str) -> int:
+        floor = severity_rank(severity)
+        return sum(1 for f in self.findings if severity_rank(f.severity) >= floor)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        # schema_version first, for people reading the file
+        return {"schema_version": d.pop("schema_version"), **d}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=str)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FindingsDocument:
+        version = d.get("schema_version")
+        if version != FINDINGS_SCHEMA_VERSION:
+            raise ValueError(
+                f"findings schema_version {version!r} is not supported "
+                f"(this leakreport reads {FINDINGS_SCHEMA_VERSION})"
+            )
+        run = dict(d["run"])
+        run["packs"] = [PackInfo(**p) for p in run.get("packs", [])]
+        run["rules"] = [RuleStatus(**r) for r in run.get("rules", [])]
+        return cls(
+            run=RunInfo(**run),
+            findings=[Finding(**f) for f in d.get("findings", [])],
+            hosts=[HostInfo(**h) for h in d.get("hosts", [])],
+            series=[GpuSeries(**s) for s in d.get("series", [])],
+            events=[Event(**e) for e in d.get("events", [])],
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> FindingsDocument:
+        return cls.from_dict(json.loads(text))
+
+
+__all__ = [
+    "FINDINGS_SCHEMA_VERSION",
+    "SEVERITIES",
+    "Event",
+    "Finding",
+    "FindingsDocument",
+    "GpuSeries",
+    "HostInfo",
+    "PackInfo",
+    "RuleStatus",
+    "RunInfo",
+]

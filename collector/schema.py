@@ -1,0 +1,185 @@
+"""The trace schema: the contract between the collector and the analyzer.
+
+Every table the collector (or an importer, or the simulator) writes is declared
+here, with its Arrow schema. The analyzer reads the same declarations to build
+its views, so a column renamed here is renamed everywhere.
+
+Conventions: timestamps are UTC with microsecond precision; byte counts are
+int64 bytes (never MiB); everything that a source may fail to provide is
+nullable. Every table carries ``host``; partitioning is by date and host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    schema: pa.Schema
+    time_column: str
+    doc: str
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+
+def _schema(*fields: tuple[str, pa.DataType, bool]) -> pa.Schema:
+    return pa.schema([pa.field(n, t, nullable=nul) for n, t, nul in fields])
+
+
+GPU_SAMPLES = Table(
+    "gpu_samples",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("gpu_index", pa.int32(), False),
+        ("gpu_uuid", pa.string(), True),
+        ("gpu_name", pa.string(), True),
+        ("memory_total_bytes", pa.int64(), True),
+        ("memory_used_bytes", pa.int64(), True),
+        ("memory_free_bytes", pa.int64(), True),
+        ("memory_reserved_bytes", pa.int64(), True),
+        ("utilization_gpu_pct", pa.float32(), True),
+        ("utilization_memory_pct", pa.float32(), True),
+    ),
+    "ts",
+    "Device memory and utilisation per GPU, one row per sample.",
+)
+
+GPU_PROCESSES = Table(
+    "gpu_processes",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("gpu_index", pa.int32(), True),
+        ("gpu_uuid", pa.string(), True),
+        ("pid", pa.int64(), False),
+        ("used_gpu_memory_bytes", pa.int64(), True),
+        ("vm_rss_bytes", pa.int64(), True),
+        ("vm_size_bytes", pa.int64(), True),
+        ("process_start", TS, True),
+    ),
+    "ts",
+    "GPU memory per process with host-side figures of the same process.",
+)
+
+PROC_MAPS = Table(
+    "proc_maps",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("pid", pa.int64(), False),
+        ("nvidia_device_count", pa.int32(), True),
+        ("nvidia_device_bytes", pa.int64(), True),
+        ("nvidia_uvm_count", pa.int32(), True),
+        ("nvidia_uvm_bytes", pa.int64(), True),
+        ("libcuda_count", pa.int32(), True),
+        ("libcuda_bytes", pa.int64(), True),
+        ("other_count", pa.int32(), True),
+        ("other_bytes", pa.int64(), True),
+    ),
+    "ts",
+    "Summary of /proc/PID/maps by mapping category.",
+)
+
+PROCESSES = Table(
+    "processes",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("pid", pa.int64(), False),
+        ("process_start", TS, True),
+        ("cmdline", pa.string(), True),
+        ("engine", pa.string(), True),
+        ("engine_version", pa.string(), True),
+        ("torch_version", pa.string(), True),
+        ("model", pa.string(), True),
+        ("mem_fraction_static", pa.float64(), True),
+        ("gpu_memory_utilization", pa.float64(), True),
+        ("disable_fast_image_processor", pa.bool_(), True),
+        ("tp_size", pa.int32(), True),
+        ("tp_rank", pa.int32(), True),
+        ("flags_json", pa.string(), True),
+    ),
+    "ts",
+    "Inventory of server processes: engine, versions, model and key flags.",
+)
+
+METRIC_SAMPLES = Table(
+    "metric_samples",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("source", pa.string(), True),
+        ("name", pa.string(), False),
+        ("labels", pa.map_(pa.string(), pa.string()), True),
+        ("value", pa.float64(), True),
+    ),
+    "ts",
+    "Prometheus samples as scraped (names and labels untouched).",
+)
+
+LOG_LINES = Table(
+    "log_lines",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("file", pa.string(), False),
+        ("inode", pa.int64(), True),
+        ("offset", pa.int64(), False),
+        ("text", pa.string(), False),
+        ("signature", pa.string(), True),
+        ("truncated", pa.bool_(), True),
+    ),
+    "ts",
+    "Server log lines that matched a signature; ts is when they were read.",
+)
+
+COLLECTOR_RUNS = Table(
+    "collector_runs",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("run_id", pa.string(), False),
+        ("collector_version", pa.string(), True),
+        ("source", pa.string(), False),
+        ("status", pa.string(), False),
+        ("rows", pa.int64(), True),
+        ("error", pa.string(), True),
+        ("duration_s", pa.float64(), True),
+        ("finished", TS, True),
+    ),
+    "ts",
+    "One row per collector run and source: what it wrote or why it failed.",
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        GPU_SAMPLES,
+        GPU_PROCESSES,
+        PROC_MAPS,
+        PROCESSES,
+        METRIC_SAMPLES,
+        LOG_LINES,
+        COLLECTOR_RUNS,
+    )
+}
+
+RUN_STATUSES = ("ok", "failed", "skipped")
+
+
+def table(name: str) -> Table:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown trace table {name!r}; known: {', '.join(TABLES)}") from None

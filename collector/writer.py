@@ -1,0 +1,150 @@
+"""Write trace tables into a bucket, atomically.
+
+Layout: ``<bucket>/<table>/date=YYYY-MM-DD/host=<host>/<table>-<start>-<uuid>.parquet``.
+
+A file is written under a hidden temporary name in its final folder, flushed to
+disk, then linked to its final name (which fails rather than overwrite), so a
+reader globbing ``*.parquet`` never sees half a file and a crash leaves at most
+a hidden temporary file behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector import __version__
+from collector.schema import SCHEMA_VERSION, table
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+TMP_PREFIX = ".tmp-"
+
+
+def sanitize_host(name: str) -> str:
+    """Turn any host name into one safe path component.
+
+    Keeps letters, digits, ``.``, ``_`` and ``-``; everything else (``/``,
+    ``=``, control characters, spaces) becomes ``_``; runs of dots collapse and
+    a leading dot is dropped, so ``..`` can never reach a path.
+    """
+    s = _SAFE.sub("_", name.strip())
+    s = re.sub(r"\.{2,}", ".", s).lstrip(".")
+    s = s[:128]
+    return s or "unknown"
+
+
+def _file_metadata(table_name: str) -> dict[bytes, bytes]:
+    return {
+        b"leakreport.schema_version": str(SCHEMA_VERSION).encode(),
+        b"leakreport.collector_version": __version__.encode(),
+        b"leakreport.table": table_name.encode(),
+    }
+
+
+def to_arrow(table_name: str, rows: Iterable[Mapping[str, Any]] | pa.Table) -> pa.Table:
+    """Conform rows (dicts, or an Arrow table) to the declared schema.
+
+    Missing columns become nulls; unknown columns are an error, so a typo in a
+    producer fails loudly instead of silently dropping data.
+    """
+    spec = table(table_name)
+    if isinstance(rows, pa.Table):
+        extra = set(rows.column_names) - set(spec.columns)
+        if extra:
+            raise ValueError(f"{table_name}: unknown columns {sorted(extra)}")
+        cols = []
+        for f in spec.schema:
+            if f.name in rows.column_names:
+                cols.append(rows.column(f.name).cast(f.type))
+            else:
+                cols.append(pa.nulls(rows.num_rows, f.type))
+        return pa.Table.from_arrays(cols, schema=spec.schema)
+    rows = list(rows)
+    for r in rows:
+        extra = set(r) - set(spec.columns)
+        if extra:
+            raise ValueError(f"{table_name}: unknown columns {sorted(extra)}")
+    return pa.Table.from_pylist(rows, schema=spec.schema)
+
+
+class BucketWriter:
+    """Writes trace tables for one host into a local bucket folder."""
+
+    def __init__(self, bucket: str | os.PathLike[str], host: str) -> None:
+        self.root = Path(bucket)
+        self.host = sanitize_host(host)
+
+    def partition_dir(self, table_name: str, date: dt.date) -> Path:
+        return self.root / table_name / f"date={date.isoformat()}" / f"host={self.host}"
+
+    def write(self, table_name: str, rows: Iterable[Mapping[str, Any]] | pa.Table) -> list[Path]:
+        """Write rows, one file per UTC date they span. Returns the files written."""
+        data = to_arrow(table_name, rows)
+        if data.num_rows == 0:
+            return []
+        data = data.set_column(
+            data.schema.get_field_index("host"),
+            "host",
+            pa.array([self.host] * data.num_rows, pa.string()),
+        )
+        tcol = table(table_name).time_column
+        ts = data.column(tcol).to_pylist()
+        days = sorted({t.date() for t in ts})
+        written = []
+        for day in days:
+            if len(days) == 1:
+                part = data
+            else:
+                mask = pa.array([t.date() == day for t in ts])
+                part = data.filter(mask)
+            written.append(self._write_file(table_name, day, part))
+        return written
+
+    def _write_file(self, table_name: str, day: dt.date, data: pa.Table) -> Path:
+        folder = self.partition_dir(table_name, day)
+        folder.mkdir(parents=True, exist_ok=True)
+        tcol = table(table_name).time_column
+        start = min(data.column(tcol).to_pylist())
+        stamp = start.strftime("%Y%m%dT%H%M%S%fZ")
+        final = folder / f"{table_name}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+        tmp = folder / f"{TMP_PREFIX}{final.name}"
+        data = data.replace_schema_metadata(_file_metadata(table_name))
+        pq.write_table(data, tmp, compression="zstd")
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, final)  # fails if final exists: never overwrite
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(folder)
+        return final
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The leakreport key/values stamped in a trace file's Parquet metadata."""
+    md = pq.read_schema(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in md.items() if k.startswith(b"leakreport.")}
