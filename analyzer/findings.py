@@ -7,6 +7,7 @@ This module imports nothing heavy: reports depend on it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,6 +17,17 @@ from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
 FINDINGS_SCHEMA_VERSION = 1
 
 RULE_STATUSES = ("passed", "failed", "skipped", "errored")
+
+
+def iso_utc(v: Any) -> str | None:
+    """ISO-8601 UTC text (``...Z``) for a datetime; other values as text."""
+    if v is None:
+        return None
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=dt.UTC)
+        return v.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    return str(v)
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""Open a trace bucket as DuckDB views.
+
+Files are listed in Python from the hive layout (``table/date=.../host=...``),
+so date and host filters prune whole folders before DuckDB opens anything.
+A table with no files becomes an empty, correctly typed view: rules that
+need it are skipped, everything else still runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from collector.schema import TABLES
+from collector.writer import TMP_PREFIX, sanitize_host
+
+
+class BucketError(Exception):
+    """The bucket cannot be read (missing, not a bucket, unreadable file)."""
+
+
+@dataclass
+class Scope:
+    since: dt.date | None = None
+    until: dt.date | None = None
+    hosts: list[str] = field(default_factory=list)
+
+    def date_ok(self, d: dt.date) -> bool:
+        return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
+
+    def host_ok(self, h: str) -> bool:
+        return not self.hosts or h in {sanitize_host(x) for x in self.hosts}
+
+
+def _partition_value(name: str, key: str) -> str | None:
+    prefix = key + "="
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:
+    root = bucket / table
+    if not root.is_dir():
+        return []
+    files: list[str] = []
+    for date_dir in sorted(root.iterdir()):
+        dv = _partition_value(date_dir.name, "date")
+        if dv is None or not date_dir.is_dir():
+            continue
+        try:
+            day = dt.date.fromisoformat(dv)
+        except ValueError:
+            continue
+        if not scope.date_ok(day):
+            continue
+        for host_dir in sorted(date_dir.iterdir()):
+            hv = _partition_value(host_dir.name, "host")
+            if hv is None or not host_dir.is_dir() or not scope.host_ok(hv):
+                continue
+            for f in sorted(host_dir.iterdir()):
+                if f.suffix == ".parquet" and not f.name.startswith(TMP_PREFIX):
+                    files.append(str(f))
+    return files
+
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def open_bucket(
+    bucket: str | os.PathLike[str],
+    scope: Scope | None = None,
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+    memory_limit: str | None = None,
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, int]]:
+    """A connection with one view per trace table, and files read per table."""
+    path = Path(bucket)
+    if not path.exists():
+        raise BucketError(f"{path}: no such bucket folder")
+    if not path.is_dir():
+        raise BucketError(f"{path}: a bucket is a folder of trace tables")
+    scope = scope or Scope()
+    con = con or duckdb.connect()
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+    counts: dict[str, int] = {}
+    for name, spec in TABLES.items():
+        files = list_files(path, name, scope)
+        counts[name] = len(files)
+        cols = ", ".join(f'"{c}"' for c in spec.columns)
+        if files:
+            where = []
+            if scope.since:
+                where.append(f"ts >= TIMESTAMPTZ '{scope.since.isoformat()} 00:00:00+00'")
+            if scope.until:
+                nxt = scope.until + dt.timedelta(days=1)
+                where.append(f"ts < TIMESTAMPTZ '{nxt.isoformat()} 00:00:00+00'")
+            cond = (" WHERE " + " AND ".join(where)) if where else ""
+            sql = (
+                f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM read_parquet("
+                f"{_sql_list(files)}, union_by_name = true, hive_partitioning = false){cond}"
+            )
+        else:
+            empty = pa.Table.from_pylist([], schema=spec.schema)  # noqa: F841 (used by DuckDB)
+            con.register(f"__empty_{name}", empty)
+            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM __empty_{name}"
+        try:
+            con.execute(sql)
+            if files:
+                con.execute(f"SELECT * FROM {name} LIMIT 0")
+        except duckdb.Error as e:
+            raise BucketError(f"{path}/{name}: cannot read trace files: {e}") from e
+    con.execute("SET TimeZone = 'UTC'")
+    return con, counts

@@ -1,0 +1,260 @@
+"""``leakreport``: simulate, analyze, report. A thin click layer.
+
+Machine output goes to stdout (or --out), progress and diagnostics to stderr.
+Heavy modules are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from analyzer import __version__, exitcodes
+from analyzer.categories import SEVERITIES
+
+FAIL_ON = [*SEVERITIES, "never"]
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _die(msg: str, code: int = exitcodes.ERROR) -> NoReturn:
+    _err(f"leakreport: {msg}")
+    sys.exit(code)
+
+
+def _date(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _write_out(text: str, out: str | None) -> None:
+    if out is None or out == "-":
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    _err(f"wrote {path}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="leakreport")
+def cli() -> None:
+    """Tell whether LLM inference servers leak GPU/host memory or only cache it.
+
+    Typical use: `leakreport analyze BUCKET` over traces written by
+    `leakcollect`, then `leakreport report BUCKET --out report.html`.
+    Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it,
+    2 error (usage, bucket, pack).
+    """
+
+
+@cli.command()
+@click.option("--scenario", default="all", show_default=True, help="Scenario name, or 'all'.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Bucket folder to write.")
+@click.option("--hosts", default=4, show_default=True, type=click.IntRange(1, 10_000), help="Number of hosts.")
+@click.option("--hours", default=6.0, show_default=True, type=click.FloatRange(0.1, 24 * 31), help="Trace length.")
+@click.option("--seed", default=7, show_default=True, type=int, help="Random seed (output is deterministic).")
+@click.option("--labels", "labels_path", type=click.Path(dir_okay=False), help="Write expected findings here.")
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+def simulate(scenario: str, out: str, hosts: int, hours: float, seed: int, labels_path: str | None, list_only: bool) -> None:
+    """Write a simulated fleet (labelled scenarios) into a bucket."""
+    from analyzer.sim.generate import simulate as run_sim
+    from analyzer.sim.scenarios import SCENARIOS
+
+    if list_only:
+        for s in SCENARIOS.values():
+            click.echo(f"{s.name:28} {s.description}")
+        return
+    try:
+        plans = run_sim(scenario, out, hosts=hosts, hours=hours, seed=seed, labels_path=labels_path, progress=_err)
+    except KeyError as e:
+        _die(str(e.args[0]))
+    _err(f"simulated {len(plans)} hosts x {hours:g} h into {out}")
+
+
+def _load_packs(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any]:
+    from analyzer.packs import PackError, load_packs
+
+    try:
+        packs = load_packs(list(pack_dirs), builtin=not no_builtin)
+    except PackError as e:
+        _die(str(e))
+    for p in packs:
+        for e in p.errors:
+            _err(f"leakreport: rule error: {e}")
+    return packs
+
+
+def _run_analysis(
+    bucket: str,
+    since: dt.date | None,
+    until: dt.date | None,
+    hosts: tuple[str, ...],
+    pack_dirs: tuple[str, ...],
+    params: tuple[str, ...],
+    quiet: bool = False,
+) -> Any:
+    from analyzer.bucket import BucketError, Scope
+    from analyzer.packs import parse_param_overrides
+    from analyzer.runner import analyze as run
+
+    packs = _load_packs(pack_dirs)
+    try:
+        overrides = parse_param_overrides(list(params))
+    except ValueError as e:
+        _die(str(e))
+    known = {r.id: r for p in packs for r in p.rules}
+    for rule_id, kv in overrides.items():
+        if rule_id == "rollup":
+            continue
+        if rule_id not in known:
+            _die(f"--param: no rule {rule_id!r} (see `leakreport rules list`)")
+        for k in kv:
+            if k not in known[rule_id].params:
+                _die(f"--param: rule {rule_id} has no parameter {k!r} (it has: {', '.join(known[rule_id].params)})")
+    try:
+        return run(
+            bucket,
+            packs,
+            scope=Scope(since, until, list(hosts)),
+            overrides=overrides,
+            progress=None if quiet else _err,
+        )
+    except (BucketError, ValueError, RuntimeError) as e:
+        _die(str(e))
+
+
+def _table(doc: Any) -> str:
+    lines = [f"{len(doc.findings)} findings over {len(doc.hosts)} hosts ({doc.run.data_start} .. {doc.run.data_end})"]
+    for f in doc.findings:
+        where = f.host + (f" gpu{f.gpu}" if f.gpu is not None else "")
+        lines.append(f"{f.severity.upper():9} {f.rule_id:7} {f.category:32} {where:28} {f.summary}")
+    bad = [r for r in doc.run.rules if r.status in ("errored", "skipped")]
+    for r in bad:
+        lines.append(f"{r.status.upper():9} {r.rule_id:7} {r.reason}")
+    return "\n".join(lines) + "\n"
+
+
+_COMMON = [
+    click.option("--since", callback=_date, help="First date (YYYY-MM-DD, UTC) to read."),
+    click.option("--until", callback=_date, help="Last date (YYYY-MM-DD, UTC) to read."),
+    click.option("--host", "hosts", multiple=True, help="Only this host (repeatable)."),
+    click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack folder."),
+    click.option("--param", "params", multiple=True, metavar="RULE.key=value", help="Override a rule parameter."),
+]
+
+
+def _common(f: Any) -> Any:
+    for opt in reversed(_COMMON):
+        f = opt(f)
+    return f
+
+
+def _exit_for(doc: Any, fail_on: str) -> int:
+    if fail_on == "never":
+        return exitcodes.OK
+    return exitcodes.FINDINGS if doc.count_at_or_above(fail_on) else exitcodes.OK
+
+
+@cli.command()
+@click.argument("bucket", type=click.Path())
+@_common
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write output here instead of stdout.")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default="warning", show_default=True,
+              help="Exit 1 when a finding is at or above this severity.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def analyze(bucket: str, since: Any, until: Any, hosts: tuple[str, ...], packs: tuple[str, ...],
+            params: tuple[str, ...], fmt: str, out: str | None, fail_on: str, quiet: bool) -> None:
+    """Run the rule packs over BUCKET and print the findings."""
+    doc = _run_analysis(bucket, since, until, hosts, packs, params, quiet)
+    _write_out(doc.to_json() if fmt == "json" else _table(doc), out)
+    sys.exit(_exit_for(doc, fail_on))
+
+
+@cli.command()
+@click.argument("source", type=click.Path(exists=True))
+@_common
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default="never", show_default=True)
+def report(source: str, since: Any, until: Any, hosts: tuple[str, ...], packs: tuple[str, ...],
+           params: tuple[str, ...], out: str, fail_on: str) -> None:
+    """Write a self-contained HTML report from a bucket or a findings JSON file."""
+    from analyzer.findings import FindingsDocument
+
+    path = Path(source)
+    if path.is_file():
+        try:
+            doc = FindingsDocument.from_json(path.read_text(encoding="utf-8"))
+        except (ValueError, KeyError, TypeError) as e:
+            _die(f"{path}: not a findings document: {e}")
+    else:
+        doc = _run_analysis(source, since, until, hosts, packs, params)
+    from reports.render import write_report
+
+    written = write_report(doc, out)
+    click.echo(str(Path(written).resolve()))
+    sys.exit(_exit_for(doc, fail_on))
+
+
+@cli.group()
+def rules() -> None:
+    """Inspect and test rule packs."""
+
+
+@rules.command("list")
+@click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack folder.")
+def rules_list(packs: tuple[str, ...]) -> None:
+    """List the loaded rules (and rules that failed to load)."""
+    loaded = _load_packs(packs)
+    for p in loaded:
+        for r in p.rules:
+            click.echo(f"{r.id:8} {r.severity:8} {r.category:32} {r.name:40} [{p.name}] {r.title}")
+        for e in p.errors:
+            click.echo(f"{e.rule_id:8} ERROR    {e}")
+    if any(p.errors for p in loaded):
+        sys.exit(exitcodes.ERROR)
+
+
+@rules.command("test")
+@click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Pack folder to test.")
+@click.option("--no-builtin", is_flag=True, help="Test only the --pack folders.")
+def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
+    """Run the rule test cases shipped in each pack's tests/ folder."""
+    from analyzer.ruletest import collect_cases, run_case
+
+    loaded = _load_packs(packs, no_builtin)
+    failed = total = 0
+    for case in collect_cases(loaded):
+        total += 1
+        problems = run_case(case, loaded)
+        status = "ok" if not problems else "FAIL"
+        click.echo(f"{status:4} {case.id}")
+        for p in problems:
+            click.echo(f"     {p}")
+        failed += bool(problems)
+    click.echo(f"{total - failed} passed, {failed} failed")
+    errors = sum(len(p.errors) for p in loaded)
+    sys.exit(exitcodes.ERROR if failed or errors or total == 0 else exitcodes.OK)
+
+
+def main() -> None:
+    cli(prog_name="leakreport")
+
+
+if __name__ == "__main__":
+    main()

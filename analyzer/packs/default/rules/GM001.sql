@@ -1,0 +1,65 @@
+/*---
+id          = "GM001"
+name        = "gpu_memory.idle_growth"
+title       = "GPU memory keeps growing across idle windows"
+category    = "leak.gpu"
+severity    = "warning"
+requires    = ["gpu_samples"]
+evidence    = ["segments", "idle_windows", "first_idle_mib", "last_idle_mib", "growth_mib",
+               "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "up_fraction", "total_mib"]
+description = """
+Compares the GPU's memory at successive idle windows (GPU near idle, no running
+requests, for at least 30 s), per server process lifetime. Memory that is still
+higher at every idle window, and still rising in the second half of the process
+lifetime as much as in the first, is held by something that never frees it: a
+leak. Growth that levels off is allocator cache (see GM002).
+"""
+remediation = """
+The memory is held, not cached: restarting the server frees it, nothing else will.
+Until the cause is fixed, restart before the forecast OOM (see the OOM forecast)
+and look for a known bug (the known-bug rules name versions and flags). Check
+torch.cuda.memory_allocated() in the server: rising allocated memory confirms a
+leak inside PyTorch tensors; flat allocated with rising nvidia-smi usage points
+outside PyTorch (NCCL, CUDA contexts, image preprocessing buffers).
+"""
+references  = ["https://github.com/sgl-project/sglang/issues/9365"]
+[params]
+min_growth_mib = 256      # total idle-baseline growth within one process lifetime
+min_windows = 4           # idle windows needed within one lifetime
+min_late_fraction = 0.35  # late-half growth at least this share of early-half growth
+min_late_growth_mib = 64  # and at least this much in absolute terms
+min_up_fraction = 0.6     # share of window-to-window steps that rose
+---*/
+WITH leaky AS (
+    SELECT *
+    FROM idle_trend
+    WHERE n >= $min_windows
+      AND growth_bytes >= $min_growth_mib * 1048576
+      AND late_growth_bytes >= $min_late_growth_mib * 1048576
+      AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
+      AND up_fraction >= $min_up_fraction
+)
+SELECT
+    host,
+    gpu_index AS gpu,
+    arg_max(segment, last_end) AS pid,
+    min(first_start) AS start,
+    max(last_end) AS "end",
+    count(*) AS segments,
+    sum(n) AS idle_windows,
+    round(arg_max(first_baseline, growth_bytes) / 1048576, 1) AS first_idle_mib,
+    round(arg_max(last_baseline, growth_bytes) / 1048576, 1) AS last_idle_mib,
+    round(max(growth_bytes) / 1048576, 1) AS growth_mib,
+    round(arg_max(early_growth_bytes, growth_bytes) / 1048576, 1) AS early_growth_mib,
+    round(arg_max(late_growth_bytes, growth_bytes) / 1048576, 1) AS late_growth_mib,
+    round(median(slope_bps) * 3600 / 1048576, 1) AS rate_mib_per_h,
+    round(min(up_fraction), 2) AS up_fraction,
+    round(max(total) / 1048576, 0) AS total_mib,
+    format('GPU {} on {} leaks about {:.0f} MiB/h: idle memory rose {:.0f} MiB over {} idle windows '
+           'and kept rising (late half +{:.0f} MiB){}.',
+           gpu_index, host, median(slope_bps) * 3600 / 1048576, max(growth_bytes) / 1048576,
+           sum(n), arg_max(late_growth_bytes, growth_bytes) / 1048576,
+           CASE WHEN count(*) > 1 THEN format(', in {} process lifetimes', count(*)) ELSE '' END) AS summary
+FROM leaky
+GROUP BY host, gpu_index
+ORDER BY host, gpu_index

@@ -1,0 +1,55 @@
+"""Derive compact rollups from the trace views, once, before any rule runs.
+
+The SQL lives in ``rollups/NN_name.sql`` and runs in file order. Rules query
+these tables (``gpu_buckets``, ``activity``, ``bucket_state``,
+``gpu_lifetimes``, ``idle_windows``, ``idle_trend``, ``server_info``) as well
+as the raw views, so the whole pack costs little more than one scan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from analyzer.packs import referenced_params
+
+ROLLUP_DIR = Path(__file__).parent / "rollups"
+
+# Tunable with --param rollup.KEY=VALUE.
+DEFAULTS: dict[str, Any] = {
+    "bucket_s": 15,  # bucket width for device samples
+    "idle_util_pct": 5.0,  # GPU utilisation at or below this counts as idle
+    "min_idle_s": 30,  # an idle window lasts at least this long
+    "activity_stale_s": 120,  # a running-requests reading older than this is unknown
+    "step_noise_mib": 8,  # baseline steps below this are noise
+}
+
+ROLLUP_TABLES = (
+    "gpu_buckets",
+    "activity",
+    "bucket_state",
+    "gpu_lifetimes",
+    "idle_windows",
+    "idle_trend",
+    "server_info",
+)
+
+
+def _statements(sql: str) -> list[str]:
+    return [s.strip() for s in sql.split(";\n") if s.strip().strip(";").strip()]
+
+
+def build(con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None) -> None:
+    unknown = set(overrides or {}) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
+    params = {**DEFAULTS, **(overrides or {})}
+    for f in sorted(ROLLUP_DIR.glob("*.sql")):
+        for stmt in _statements(f.read_text(encoding="utf-8")):
+            refs = referenced_params(stmt)
+            try:
+                con.execute(stmt, {k: params[k] for k in refs} if refs else None)
+            except duckdb.Error as e:
+                raise RuntimeError(f"{f.name}: {e}") from e

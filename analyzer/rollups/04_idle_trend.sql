@@ -1,0 +1,44 @@
+-- Idle-baseline trend per GPU and process lifetime (segment): robust
+-- (Theil-Sen) slope, growth in the early and late halves (saturation test),
+-- and the share of window-to-window steps that rose.
+CREATE OR REPLACE TABLE idle_trend AS
+WITH w AS (
+    SELECT *,
+           (epoch(start) + epoch("end")) / 2 AS t,
+           row_number() OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS k,
+           count(*) OVER (PARTITION BY host, gpu_index, segment) AS n,
+           baseline - lag(baseline) OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS step
+    FROM idle_windows
+),
+pairs AS (
+    SELECT a.host, a.gpu_index, a.segment, (b.baseline - a.baseline) / (b.t - a.t) AS slope
+    FROM w a JOIN w b USING (host, gpu_index, segment)
+    WHERE b.k > a.k AND b.t > a.t
+),
+slopes AS (
+    SELECT host, gpu_index, segment, median(slope) AS slope_bps
+    FROM pairs GROUP BY ALL
+),
+agg AS (
+    SELECT host, gpu_index, segment,
+           max(n) AS n,
+           min(start) AS first_start,
+           max("end") AS last_end,
+           min(t) AS t0,
+           max(t) AS t1,
+           arg_min(baseline, k) AS first_baseline,
+           arg_max(baseline, k) AS last_baseline,
+           arg_min(baseline, abs(k - (n + 1) / 2.0)) AS mid_baseline,
+           count(*) FILTER (WHERE step > $step_noise_mib * 1048576) / greatest(max(n) - 1, 1) AS up_fraction,
+           max(total) AS total
+    FROM w GROUP BY ALL
+)
+SELECT agg.*,
+       coalesce(slopes.slope_bps, 0) AS slope_bps,
+       last_baseline - first_baseline AS growth_bytes,
+       mid_baseline - first_baseline AS early_growth_bytes,
+       last_baseline - mid_baseline AS late_growth_bytes,
+       (SELECT median(w.baseline - coalesce(slopes.slope_bps, 0) * (w.t - agg.t0)) FROM w
+         WHERE w.host = agg.host AND w.gpu_index = agg.gpu_index AND w.segment = agg.segment)
+           AS intercept_bytes
+FROM agg LEFT JOIN slopes USING (host, gpu_index, segment);

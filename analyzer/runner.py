@@ -1,0 +1,163 @@
+"""Run rule packs over a bucket and produce the findings document."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from analyzer import __version__, rollup, series
+from analyzer.bucket import Scope, open_bucket
+from analyzer.findings import (
+    Finding,
+    FindingsDocument,
+    PackInfo,
+    RuleStatus,
+    RunInfo,
+    iso_utc,
+)
+from analyzer.packs import Pack, Rule
+
+Progress = Callable[[str], None]
+
+
+def json_value(v: Any) -> Any:
+    """A JSON-safe, deterministic form of a DuckDB value."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 4)
+    if isinstance(v, decimal.Decimal):
+        return round(float(v), 4)
+    if isinstance(v, (dt.datetime, dt.date)):
+        return iso_utc(v) if isinstance(v, dt.datetime) else v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, (list, tuple)):
+        return [json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): json_value(x) for k, x in v.items()}
+    return str(v)
+
+
+class RuleOutputError(Exception):
+    pass
+
+
+def run_rule(
+    con: duckdb.DuckDBPyConnection, rule: Rule, overrides: dict[str, Any] | None = None
+) -> list[Finding]:
+    cur = con.cursor()
+    try:
+        params = rule.bound_params(overrides)
+        cur.execute(rule.sql, params if params else None)
+        if cur.description is None:
+            raise RuleOutputError("the rule's SQL returned no result set (it must end in a SELECT)")
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    finally:
+        cur.close()
+    for needed in ("host", "summary"):
+        if needed not in cols:
+            raise RuleOutputError(f"rule output lacks the column {needed!r}")
+    missing = [c for c in rule.evidence if c not in cols]
+    if missing:
+        raise RuleOutputError(f"rule output lacks evidence column(s) {', '.join(missing)}")
+    out = []
+    for row in rows:
+        rec = dict(zip(cols, row, strict=True))
+        severity = rec.get("severity") or rule.severity
+        gpu = rec.get("gpu")
+        pid = rec.get("pid")
+        out.append(
+            Finding(
+                rule_id=rule.id,
+                category=rule.category,
+                severity=str(severity),
+                host=str(rec["host"]),
+                gpu=None if gpu is None else int(gpu),
+                pid=None if pid is None or int(pid) == 0 else int(pid),
+                start=iso_utc(rec.get("start")),
+                end=iso_utc(rec.get("end")),
+                summary=str(rec["summary"]),
+                evidence={c: json_value(rec[c]) for c in rule.evidence},
+                remediation=rule.remediation,
+                title=rule.title,
+                references=list(rule.references),
+            )
+        )
+    return out
+
+
+def analyze(
+    bucket: str | Path,
+    packs: list[Pack],
+    *,
+    scope: Scope | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    only_rules: set[str] | None = None,
+    progress: Progress | None = None,
+    now: dt.datetime | None = None,
+    memory_limit: str | None = None,
+    with_series: bool = True,
+) -> FindingsDocument:
+    scope = scope or Scope()
+    overrides = overrides or {}
+    say = progress or (lambda _m: None)
+    con, files = open_bucket(bucket, scope, memory_limit=memory_limit)
+    try:
+        t0 = time.perf_counter()
+        rollup.build(con, overrides.get("rollup"))
+        say(f"rollups built in {time.perf_counter() - t0:.2f}s")
+        doc = FindingsDocument(
+            run=RunInfo(
+                bucket=str(bucket),
+                since=scope.since.isoformat() if scope.since else None,
+                until=scope.until.isoformat() if scope.until else None,
+                hosts=list(scope.hosts),
+                generated_at=iso_utc(now or dt.datetime.now(dt.UTC)) or "",
+                analyzer_version=__version__,
+                packs=[PackInfo(p.name, p.version, str(p.path)) for p in packs],
+                tables=files,
+            )
+        )
+        statuses: list[RuleStatus] = []
+        for pack in packs:
+            for err in pack.errors:
+                statuses.append(RuleStatus(err.rule_id, "", pack.name, "errored", str(err)))
+            for rule in pack.rules:
+                if only_rules is not None and rule.id not in only_rules:
+                    continue
+                st = RuleStatus(rule.id, rule.name, pack.name, "passed")
+                statuses.append(st)
+                if not rule.enabled:
+                    st.status, st.reason = "skipped", "disabled in its metadata"
+                    continue
+                absent = [t for t in rule.requires if not files.get(t)]
+                if absent:
+                    st.status, st.reason = "skipped", f"no data in table(s) {', '.join(absent)}"
+                    continue
+                t1 = time.perf_counter()
+                try:
+                    found = run_rule(con, rule, overrides.get(rule.id))
+                except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
+                    st.status, st.reason = "errored", f"{rule.path}: {e}"
+                    found = []
+                st.duration_s = round(time.perf_counter() - t1, 4)
+                if found:
+                    st.status, st.findings = "failed", len(found)
+                doc.findings.extend(found)
+                say(f"{rule.id} {st.status} ({len(found)} findings, {st.duration_s:.2f}s)")
+        doc.run.rules = statuses
+        doc.findings.sort(key=Finding.sort_key)
+        if with_series:
+            series.fill(con, doc)
+        return doc
+    finally:
+        con.close()

@@ -1,0 +1,143 @@
+"""Chart data for the findings document: hosts, downsampled series, events.
+
+Reads the rollups only (never the raw samples again) and downsamples with
+polars, keeping each chunk's peak and trough so spikes survive.
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import polars as pl
+
+from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, iso_utc
+
+MAX_POINTS = 480
+EVENT_SIGNATURES = ("oom", "kv_leak_check", "restart", "server_args", "image_processor", "engine_version")
+MAX_EVENTS_PER_HOST = 60
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
+    rel = con.sql(sql)
+    to_arrow = getattr(rel, "to_arrow_table", None) or rel.arrow  # DuckDB 2 renamed it
+    out = pl.from_arrow(to_arrow())
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+def downsample(df: pl.DataFrame, max_points: int = MAX_POINTS) -> pl.DataFrame:
+    """Per (host, gpu_index): at most ``max_points`` rows of t, used_max, used_min."""
+    counts = df.group_by("host", "gpu_index").len()
+    df = df.join(counts, on=["host", "gpu_index"])
+    df = df.sort("host", "gpu_index", "t").with_columns(
+        (pl.int_range(pl.len()).over("host", "gpu_index")).alias("i"),
+    )
+    df = df.with_columns(
+        (pl.col("i") // (pl.col("len") / max_points).ceil().cast(pl.Int64).clip(lower_bound=1)).alias("chunk")
+    )
+    return (
+        df.group_by("host", "gpu_index", "chunk", maintain_order=True)
+        .agg(pl.col("t").first(), pl.col("used_max").max(), pl.col("used_min").min())
+        .sort("host", "gpu_index", "t")
+    )
+
+
+def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
+    rng = con.execute("SELECT min(b), max(b_end) FROM gpu_buckets").fetchall()[0]
+    if rng:
+        doc.run.data_start, doc.run.data_end = iso_utc(rng[0]), iso_utc(rng[1])
+
+    raw = _frame(
+        con,
+        "SELECT host, gpu_index, epoch(b) AS t, used_max, used_min FROM gpu_buckets ORDER BY host, gpu_index, b",
+    )
+    meta = {
+        (h, g): (name, total)
+        for h, g, name, total in con.execute(
+            "SELECT host, gpu_index, any_value(gpu_name), max(total) FROM gpu_buckets GROUP BY ALL"
+        ).fetchall()
+    }
+    windows: dict[tuple[str, int], list[list[float]]] = {}
+    for h, g, s, e, base in con.execute(
+        'SELECT host, gpu_index, epoch(start), epoch("end"), baseline FROM idle_windows ORDER BY host, gpu_index, start'
+    ).fetchall():
+        windows.setdefault((h, g), []).append([float(s), float(e), float(round(base))])
+    trends: dict[tuple[str, int], list[list[float]]] = {}
+    for h, g, t0, t1, b0, slope in con.execute(
+        "SELECT host, gpu_index, t0, t1, intercept_bytes, slope_bps FROM idle_trend WHERE n >= 3 "
+        "ORDER BY host, gpu_index, t0"
+    ).fetchall():
+        if b0 is None or any(math.isnan(x) for x in (t0, t1, b0, slope)):
+            continue
+        trends.setdefault((h, g), []).append(
+            [float(t0), float(round(b0)), float(t1), float(round(b0 + slope * (t1 - t0)))]
+        )
+    if raw.height:
+        small = downsample(raw)
+        for (h, g), part in small.group_by("host", "gpu_index", maintain_order=True):
+            name, total = meta.get((h, g), (None, None))
+            doc.series.append(
+                GpuSeries(
+                    host=str(h),
+                    gpu=int(g),  # type: ignore[call-overload]
+                    gpu_name=name,
+                    total_bytes=None if total is None else int(total),
+                    t=[float(x) for x in part["t"]],
+                    used_max=[int(x) for x in part["used_max"]],
+                    used_min=[int(x) for x in part["used_min"]],
+                    idle_windows=windows.get((h, g), []),  # type: ignore[arg-type]
+                    trend=trends.get((h, g), []),  # type: ignore[arg-type]
+                )
+            )
+
+    gpus = {
+        h: (n, name, first, last)
+        for h, n, name, first, last in con.execute(
+            "SELECT host, count(DISTINCT gpu_index), any_value(gpu_name), min(b), max(b_end) FROM gpu_buckets GROUP BY host"
+        ).fetchall()
+    }
+    servers = {
+        h: row
+        for h, *row in con.execute(
+            "SELECT host, arg_max(engine, last_ts), arg_max(engine_version, last_ts), arg_max(model, last_ts), "
+            "arg_max(mem_fraction_static, last_ts), "
+            "arg_max(gpu_memory_utilization, last_ts), arg_max(disable_fast_image_processor, last_ts), "
+            "arg_max(tp_size, last_ts) FROM server_info GROUP BY host"
+        ).fetchall()
+    }
+    for h in sorted(set(gpus) | set(servers)):
+        n, name, first, last = gpus.get(h, (0, None, None, None))
+        engine, version, model, mfs, gmu, dfip, tp = servers.get(h, [None] * 7)
+        flags: dict[str, object] = {}
+        for k, v in (
+            ("mem_fraction_static", mfs),
+            ("gpu_memory_utilization", gmu),
+            ("disable_fast_image_processor", dfip),
+            ("tp_size", tp),
+        ):
+            if v is not None:
+                flags[k] = v
+        doc.hosts.append(
+            HostInfo(
+                host=h,
+                engine=engine,
+                engine_version=version,
+                model=model,
+                gpu_name=name,
+                gpus=int(n),
+                flags=dict(sorted(flags.items())),
+                first_ts=iso_utc(first),
+                last_ts=iso_utc(last),
+            )
+        )
+
+    placeholders = ", ".join("?" for _ in EVENT_SIGNATURES)
+    for h, ts, kind, text in con.execute(
+        f"""SELECT host, ts, signature, text FROM (
+              SELECT *, row_number() OVER (PARTITION BY host ORDER BY ts DESC, "offset" DESC) AS r
+              FROM log_lines WHERE signature IN ({placeholders}))
+            WHERE r <= {MAX_EVENTS_PER_HOST} ORDER BY host, ts, "offset" """,
+        list(EVENT_SIGNATURES),
+    ).fetchall():
+        doc.events.append(Event(host=h, ts=iso_utc(ts) or "", kind=kind, text=text[:2000]))

@@ -1,0 +1,118 @@
+"""Named scenarios: how a host behaves, and what the analyzer must conclude.
+
+Numbers follow the field reports summarised in DESIGN §1 and §7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    engine: str  # "sglang" | "vllm"
+    engine_version: str
+    model: str
+    gpu_name: str
+    total_mib: int
+    gpus: int = 1
+    static_fraction: float = 0.9  # mem_fraction_static (SGLang) / gpu_memory_utilization (vLLM)
+    overhead_mib: float = 600.0  # CUDA context, graphs, NCCL outside the static pool
+    fast_image_processor: bool | None = None  # SGLang only; None = not applicable
+    image_traffic: bool = False
+    req_rate: float = 1.0  # requests per second while busy
+    busy_s: tuple[int, int] = (240, 540)
+    idle_s: tuple[int, int] = (60, 180)
+    working_mib: float = 300.0  # transient activations while busy
+    leak_mib_per_req: float = 0.0
+    cache_max_mib: float = 0.0  # allocator cache that fills once and stays
+    cache_tau_req: float = 1500.0
+    # what the analyzer must find: per GPU ("gpu") and for the host ("host")
+    expect_gpu: tuple[str, ...] = ()
+    expect_host: tuple[str, ...] = ()
+    allow: tuple[str, ...] = field(default=())  # may appear, need not
+
+    @property
+    def tp_size(self) -> int:
+        return self.gpus
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="healthy-static",
+            description="vLLM pre-allocates 90 % of each GPU at start and stays flat.",
+            engine="vllm",
+            engine_version="0.11.0",
+            model="Qwen/Qwen3-8B",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            total_mib=81559,
+            gpus=2,
+            static_fraction=0.9,
+            overhead_mib=520.0,
+            req_rate=3.0,
+            working_mib=0.0,
+        ),
+        Scenario(
+            name="cache-warmup",
+            description="Memory rises under load while the allocator cache fills, then levels off.",
+            engine="sglang",
+            engine_version="0.5.4",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu_name="NVIDIA L40S",
+            total_mib=46068,
+            static_fraction=0.85,
+            req_rate=2.0,
+            cache_max_mib=2200.0,
+            cache_tau_req=1500.0,
+            allow=("cache.growth",),
+        ),
+        Scenario(
+            name="fast-image-processor-leak",
+            description=(
+                "SGLang 0.4.9.post6 serving Qwen2.5-VL with the fast image processor on: memory "
+                "stays put at every idle window and rises with image requests until OOM."
+            ),
+            engine="sglang",
+            engine_version="0.4.9.post6",
+            model="Qwen/Qwen2.5-VL-7B-Instruct",
+            gpu_name="NVIDIA RTX A4000",
+            total_mib=16303,
+            static_fraction=0.7,
+            fast_image_processor=True,
+            image_traffic=True,
+            req_rate=1.0,
+            leak_mib_per_req=0.77,  # ~20 min to OOM at 4 req/s full load
+            cache_max_mib=200.0,
+            cache_tau_req=300.0,
+            expect_gpu=("leak.gpu", "oom.forecast"),
+            expect_host=("known_bug.fast_image_processor",),
+        ),
+        Scenario(
+            name="fast-image-processor-off",
+            description="The same image traffic with --disable-fast-image-processor: flat.",
+            engine="sglang",
+            engine_version="0.4.9.post6",
+            model="Qwen/Qwen2.5-VL-7B-Instruct",
+            gpu_name="NVIDIA RTX A4000",
+            total_mib=16303,
+            static_fraction=0.7,
+            fast_image_processor=False,
+            image_traffic=True,
+            req_rate=1.0,
+            cache_max_mib=200.0,
+            cache_tau_req=300.0,
+        ),
+    )
+}
+
+
+def resolve(name: str) -> list[Scenario]:
+    if name == "all":
+        return list(SCENARIOS.values())
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r}; choose one of: all, {', '.join(SCENARIOS)}")
+    return [SCENARIOS[name]]
