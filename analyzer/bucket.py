@@ -106,11 +106,13 @@ def open_bucket(
                 f"{_sql_list(files)}, union_by_name = true, hive_partitioning = false){cond}"
             )
         else:
-            empty = pa.Table.from_pylist([], schema=spec.schema)  # noqa: F841 (used by DuckDB)
-            con.register(f"__empty_{name}", empty)
-            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM __empty_{name}"
+            # a real (empty) table, visible to every cursor of the connection
+            con.register("__empty", pa.Table.from_pylist([], schema=spec.schema))
+            sql = f"CREATE OR REPLACE TABLE {name} AS SELECT {cols} FROM __empty"
         try:
             con.execute(sql)
+            if not files:
+                con.unregister("__empty")
             if files:
                 con.execute(f"SELECT * FROM {name} LIMIT 0")
         except duckdb.Error as e:

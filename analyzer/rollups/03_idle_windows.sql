@@ -36,8 +36,10 @@ w AS (
 )
 SELECT w.*,
        coalesce((
-           SELECT arg_max(l.pid, l.max_used) FROM gpu_lifetimes l
+           -- the process that was on the GPU longest during the window
+           SELECT arg_max(l.pid, epoch(least(l.last_ts, w."end")) - epoch(greatest(l.first_ts, w.start)))
+           FROM gpu_lifetimes l
            WHERE l.host = w.host AND l.gpu_index = w.gpu_index
-             AND l.first_ts <= w."end" AND l.last_ts >= w.start
+             AND l.first_ts < w."end" AND l.last_ts > w.start
        ), 0) AS segment
 FROM w;

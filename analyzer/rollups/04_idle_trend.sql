@@ -29,7 +29,7 @@ agg AS (
            arg_min(baseline, k) AS first_baseline,
            arg_max(baseline, k) AS last_baseline,
            arg_min(baseline, abs(k - (n + 1) / 2.0)) AS mid_baseline,
-           count(*) FILTER (WHERE step > $step_noise_mib * 1048576) / greatest(max(n) - 1, 1) AS up_fraction,
+           count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - 1, 1) AS up_fraction,
            max(total) AS total
     FROM w GROUP BY ALL
 )

@@ -34,8 +34,8 @@ WITH leaky AS (
     SELECT *
     FROM idle_trend
     WHERE n >= $min_windows
-      AND growth_bytes >= $min_growth_mib * 1048576
-      AND late_growth_bytes >= $min_late_growth_mib * 1048576
+      AND growth_bytes >= $min_growth_mib * 1048576.0
+      AND late_growth_bytes >= $min_late_growth_mib * 1048576.0
       AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
       AND up_fraction >= $min_up_fraction
 )

@@ -40,6 +40,6 @@ SELECT
            gpu_index, host, growth_bytes / 1048576, late_growth_bytes / 1048576) AS summary
 FROM idle_trend
 WHERE n >= $min_windows
-  AND growth_bytes >= $min_growth_mib * 1048576
+  AND growth_bytes >= $min_growth_mib * 1048576.0
   AND late_growth_bytes < $max_late_fraction * early_growth_bytes
 ORDER BY host, gpu_index, first_start

@@ -1,0 +1,184 @@
+"""The rule test harness, shipped to pack authors.
+
+Test cases are data: ``tests/<RULE>.toml`` in a pack, each ``[[case]]`` with
+trace rows (literal ``[[case.rows.<table>]]`` and/or generated ``[[case.gpu]]``
+load/idle cycles) and the findings it expects. The same cases run under
+pytest (``pytest_generate_tests``) and ``leakreport rules test``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzer.findings import Finding
+from analyzer.packs import Pack
+from collector.writer import BucketWriter
+
+MIB = 1024 * 1024
+GEN_DEFAULTS: dict[str, Any] = {
+    "host": "host-a",
+    "gpu": 0,
+    "start": dt.datetime(2026, 1, 5, tzinfo=dt.UTC),
+    "step_s": 10,
+    "total_mib": 16000,
+    "base_mib": 12000,
+    "cycles": 10,
+    "busy_s": 300,
+    "idle_s": 120,
+    "growth_mib_per_cycle": 0.0,
+    "saturate_cycles": 0,  # growth stops after this many cycles; 0 = never
+    "busy_extra_mib": 300.0,
+    "restart_every_cycles": 0,  # new pid and memory back to base every N cycles; 0 = never
+    "pid": 0,  # 0 = no gpu_processes rows
+    "running_busy": 8,
+}
+
+
+@dataclass
+class Case:
+    id: str
+    rule_id: str
+    path: Path
+    data: dict[str, Any]
+    expect_count: int | None = None
+    expect: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Rows for gpu_samples, metric_samples and gpu_processes from a cycle spec."""
+    unknown = set(spec) - set(GEN_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown [[case.gpu]] keys: {', '.join(sorted(unknown))}")
+    p = {**GEN_DEFAULTS, **spec}
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    step = int(p["step_s"])
+    t = p["start"]
+    leak = 0.0
+    pid = int(p["pid"])
+    for c in range(int(p["cycles"])):
+        if p["restart_every_cycles"] and c and c % int(p["restart_every_cycles"]) == 0:
+            leak, pid = 0.0, (pid + 1 if pid else 0)
+        growing = not p["saturate_cycles"] or c < int(p["saturate_cycles"])
+        for phase, length in (("busy", int(p["busy_s"])), ("idle", int(p["idle_s"]))):
+            for k in range(0, length, step):
+                busy = phase == "busy"
+                if busy and growing:
+                    leak += float(p["growth_mib_per_cycle"]) * step / max(int(p["busy_s"]), 1)
+                used = float(p["base_mib"]) + leak + (float(p["busy_extra_mib"]) if busy else 0.0)
+                total = int(p["total_mib"]) * MIB
+                u = min(int(used * MIB), total)
+                rows["gpu_samples"].append(
+                    {
+                        "ts": t, "host": p["host"], "gpu_index": int(p["gpu"]),
+                        "memory_total_bytes": total, "memory_used_bytes": u,
+                        "memory_free_bytes": total - u, "utilization_gpu_pct": 85.0 if busy else 1.0,
+                    }
+                )
+                if k % 30 == 0:
+                    rows["metric_samples"].append(
+                        {
+                            "ts": t, "host": p["host"], "name": "sglang:num_running_reqs",
+                            "labels": {"tp_rank": str(p["gpu"])},
+                            "value": float(p["running_busy"]) if busy else 0.0,
+                        }
+                    )
+                    if pid:
+                        rows["gpu_processes"].append(
+                            {"ts": t, "host": p["host"], "gpu_index": int(p["gpu"]), "pid": pid,
+                             "used_gpu_memory_bytes": u}
+                        )
+                t = t + dt.timedelta(seconds=step)
+    return rows
+
+
+def load_cases(path: Path, pack: str) -> list[Case]:
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: {e}") from e
+    rule_id = str(doc.get("rule", path.stem))
+    cases = []
+    for i, c in enumerate(doc.get("case", []), 1):
+        name = str(c.get("name", f"case{i}"))
+        cases.append(
+            Case(
+                id=f"{pack}/{rule_id}/{name}",
+                rule_id=rule_id,
+                path=path,
+                data=c,
+                expect_count=c.get("expect_count"),
+                expect=list(c.get("expect", [])),
+                params=dict(c.get("params", {})),
+            )
+        )
+    return cases
+
+
+def collect_cases(packs: list[Pack]) -> list[Case]:
+    out: list[Case] = []
+    for p in packs:
+        for f in sorted((p.path / "tests").glob("*.toml")):
+            out.extend(load_cases(f, p.name))
+    return out
+
+
+def write_case_bucket(case: Case, bucket: Path) -> None:
+    tables: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for spec in case.data.get("gpu", []):
+        for table, rows in generate_gpu(spec).items():
+            for r in rows:
+                tables[(table, r["host"])].append(r)
+    for table, rows in case.data.get("rows", {}).items():
+        for r in rows:
+            r = dict(r)
+            r.setdefault("host", GEN_DEFAULTS["host"])
+            tables[(table, r["host"])].append(r)
+    for (table, host), rows in sorted(tables.items()):
+        BucketWriter(bucket, host).write(table, rows)
+
+
+def _matches(f: Finding, want: dict[str, Any]) -> list[str]:
+    bad = []
+    for k, v in want.items():
+        if k in ("min", "max"):
+            for ek, ev in v.items():
+                got = f.evidence.get(ek)
+                if got is None or (got < ev if k == "min" else got > ev):
+                    bad.append(f"evidence {ek}={got} not {'>=' if k == 'min' else '<='} {ev}")
+        elif getattr(f, k, f.evidence.get(k)) != v:
+            bad.append(f"{k}={getattr(f, k, f.evidence.get(k))!r}, want {v!r}")
+    return bad
+
+
+def run_case(case: Case, packs: list[Pack]) -> list[str]:
+    """Problems found (empty list = the case passed)."""
+    from analyzer.runner import analyze
+
+    rules = {r.id: r for p in packs for r in p.rules}
+    if case.rule_id not in rules:
+        errors = [str(e) for p in packs for e in p.errors if e.rule_id == case.rule_id]
+        return errors or [f"{case.path}: no rule {case.rule_id!r} is loaded"]
+    with tempfile.TemporaryDirectory(prefix="leakreport-case-") as tmp:
+        try:
+            write_case_bucket(case, Path(tmp))
+        except (ValueError, TypeError, KeyError) as e:
+            return [f"{case.path}: bad case data: {e}"]
+        doc = analyze(tmp, packs, only_rules={case.rule_id}, overrides={case.rule_id: case.params}, with_series=False)
+    problems = [f"rule {s.status}: {s.reason}" for s in doc.run.rules if s.rule_id == case.rule_id and s.status == "errored"]
+    found = doc.findings
+    if case.expect_count is not None and len(found) != case.expect_count:
+        problems.append(
+            f"expected {case.expect_count} findings, got {len(found)}: " + "; ".join(f.summary for f in found)
+        )
+    for want in case.expect:
+        if not any(not _matches(f, want) for f in found):
+            detail = "; ".join(", ".join(_matches(f, want)) for f in found) or "no findings"
+            problems.append(f"no finding matches {want}: {detail}")
+    return problems

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.packs import PackError, load_pack, load_packs, parse_param_overrides, parse_rule
+from analyzer.runner import analyze
+from analyzer.ruletest import generate_gpu
+from collector.writer import BucketWriter
+
+GOOD = '''/*---
+id = "{id}"
+name = "t.good"
+title = "t"
+category = "leak.gpu"
+severity = "warning"
+requires = ["gpu_samples"]
+evidence = ["n"]
+description = "d"
+remediation = "r"
+[params]
+limit = 1
+---*/
+SELECT host, count(*) AS n, 'rows: ' || count(*) AS summary FROM gpu_samples GROUP BY host HAVING count(*) >= $limit
+'''
+
+
+def _pack(tmp: Path, rules: dict[str, str]) -> Path:
+    (tmp / "rules").mkdir(parents=True)
+    (tmp / "pack.toml").write_text('name = "mine"\nversion = "1"\n')
+    for name, text in rules.items():
+        (tmp / "rules" / f"{name}.sql").write_text(text)
+    return tmp
+
+
+def test_default_pack_loads_clean() -> None:
+    (pack,) = load_packs()
+    assert not pack.errors
+    assert {r.id for r in pack.rules} >= {"GM001", "GM002", "OF001", "KB001"}
+
+
+@pytest.mark.parametrize(
+    "mutate,line,message",
+    [
+        (lambda s: s.replace('severity = "warning"', 'severity = "huge"'), 6, "unknown severity"),
+        (lambda s: s.replace('category = "leak.gpu"', 'category = "leak.nope"'), 5, "unknown category"),
+        (lambda s: s.replace('id = "X1"', 'id = "X2"'), 2, "must equal the file name"),
+        (lambda s: s.replace('title = "t"\n', ""), 2, "lacks required key 'title'"),
+        (lambda s: s.replace('requires = ["gpu_samples"]', 'requires = ["gpu_sample"]'), 7, "unknown table"),
+        (lambda s: s.replace('title = "t"', 'title = "t'), 4, "invalid TOML"),
+        (lambda s: s.replace("$limit", "$limt"), 14, "$limt"),
+        (lambda s: s.replace("[params]", 'colour = "red"\n[params]'), 11, "unknown metadata key"),
+        (lambda s: s.replace("/*---", "/*"), 1, "missing metadata"),
+    ],
+)
+def test_validation_errors_name_file_and_line(tmp_path, mutate, line, message) -> None:
+    f = tmp_path / "X1.sql"
+    f.write_text(mutate(GOOD.format(id="X1")))
+    err = parse_rule(f)
+    assert not hasattr(err, "sql"), "expected an error"
+    assert str(err).startswith(f"{f}:{line}:"), str(err)
+    assert message in str(err)
+
+
+def test_broken_rule_fails_alone(tmp_path) -> None:
+    pack = _pack(
+        tmp_path / "pack",
+        {
+            "U1": GOOD.format(id="U1"),
+            "U2": GOOD.format(id="U2").replace("FROM gpu_samples", "FROM no_such_table"),
+            "U3": GOOD.format(id="U3").replace('category = "leak.gpu"', "category = 3"),
+        },
+    )
+    bucket = tmp_path / "bucket"
+    BucketWriter(bucket, "host-a").write("gpu_samples", generate_gpu({"cycles": 1})["gpu_samples"])
+    doc = analyze(bucket, load_packs([pack], builtin=False))
+    status = {r.rule_id: r for r in doc.run.rules}
+    assert status["U1"].status == "failed" and status["U1"].findings == 1
+    assert status["U2"].status == "errored" and "U2.sql" in status["U2"].reason
+    assert status["U3"].status == "errored" and "U3.sql:5" in status["U3"].reason
+
+
+def test_missing_table_skips_rule(tmp_path) -> None:
+    pack = _pack(tmp_path / "pack", {"U1": GOOD.format(id="U1")})
+    bucket = tmp_path / "empty"
+    bucket.mkdir()
+    doc = analyze(bucket, load_packs([pack], builtin=False))
+    (st,) = doc.run.rules
+    assert st.status == "skipped" and "gpu_samples" in st.reason
+
+
+def test_params_are_bound_and_overridable(tmp_path) -> None:
+    pack = _pack(tmp_path / "pack", {"U1": GOOD.format(id="U1")})
+    bucket = tmp_path / "bucket"
+    rows = generate_gpu({"cycles": 1})["gpu_samples"]
+    BucketWriter(bucket, "host-a").write("gpu_samples", rows)
+    packs = load_packs([pack], builtin=False)
+    assert len(analyze(bucket, packs).findings) == 1
+    assert analyze(bucket, packs, overrides={"U1": {"limit": len(rows) + 1}}).findings == []
+    # a value is bound, never pasted into SQL
+    doc = analyze(bucket, packs, overrides={"U1": {"limit": "1; DROP TABLE gpu_samples"}})
+    assert doc.run.rules[0].status == "errored"
+
+
+def test_duplicate_rule_id_is_an_error(tmp_path) -> None:
+    pack = _pack(tmp_path / "pack", {"GM001": GOOD.format(id="GM001")})
+    packs = load_packs([pack])
+    assert any("already defined" in str(e) for p in packs for e in p.errors)
+
+
+def test_pack_errors(tmp_path) -> None:
+    with pytest.raises(PackError, match="no such pack"):
+        load_pack(tmp_path / "nope")
+    (tmp_path / "x").mkdir()
+    with pytest.raises(PackError, match="pack.toml"):
+        load_pack(tmp_path / "x")
+
+
+def test_param_override_parsing() -> None:
+    assert parse_param_overrides(["GM001.min_growth_mib=128", "KB001.max_affected_version=0.5.0", "A.b=true"]) == {
+        "GM001": {"min_growth_mib": 128},
+        "KB001": {"max_affected_version": "0.5.0"},
+        "A": {"b": True},
+    }
+    with pytest.raises(ValueError, match="RULE.key=value"):
+        parse_param_overrides(["nodot=1"])
