@@ -1,0 +1,85 @@
+"""The leakreport command as cron and CI use it: exit codes, stdout vs stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from analyzer import exitcodes
+
+
+def leakreport(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_json_to_stdout_progress_to_stderr(sim_bucket) -> None:
+    r = leakreport("analyze", str(sim_bucket[0]), "--format", "json", "--fail-on", "never")
+    assert r.returncode == exitcodes.OK, r.stderr
+    doc = json.loads(r.stdout)  # nothing but the document on stdout
+    assert doc["schema_version"] == 1 and doc["findings"]
+    for key in ("rule_id", "category", "severity", "host", "gpu", "pid", "start", "end", "summary", "evidence", "remediation"):
+        assert key in doc["findings"][0]
+    assert "rollups built" in r.stderr
+
+
+@pytest.mark.parametrize("fail_on,code", [("critical", exitcodes.FINDINGS), ("info", exitcodes.FINDINGS), ("never", exitcodes.OK)])
+def test_fail_on(sim_bucket, fail_on: str, code: int) -> None:
+    assert leakreport("analyze", str(sim_bucket[0]), "-q", "--fail-on", fail_on).returncode == code
+
+
+def test_host_filter_prunes(sim_bucket) -> None:
+    r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--host", "healthy-static-00")
+    assert r.returncode == exitcodes.OK, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["findings"] == [] and [h["host"] for h in doc["hosts"]] == ["healthy-static-00"]
+
+
+def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
+    r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--since", "2030-01-01")
+    doc = json.loads(r.stdout)
+    assert doc["findings"] == [] and all(v == 0 for v in doc["run"]["tables"].values())
+    assert {s["status"] for s in doc["run"]["rules"]} == {"skipped"}
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["analyze", "/nonexistent/bucket"], "no such bucket"),
+        (["analyze", "{bucket}", "--param", "GM001.nope=1"], "has no parameter 'nope'"),
+        (["analyze", "{bucket}", "--param", "ZZ9.x=1"], "no rule 'ZZ9'"),
+        (["analyze", "{bucket}", "--param", "garbage"], "RULE.key=value"),
+        (["analyze", "{bucket}", "--pack", "/nonexistent/pack"], "no such pack"),
+        (["analyze", "{bucket}", "--since", "yesterday"], "not a date"),
+        (["simulate", "--scenario", "nope", "--out", "{tmp}"], "unknown scenario"),
+    ],
+)
+def test_errors_exit_2_with_a_message(sim_bucket, tmp_path, args: list[str], message: str) -> None:
+    args = [a.format(bucket=sim_bucket[0], tmp=tmp_path / "o") for a in args]
+    r = leakreport(*args)
+    assert r.returncode == exitcodes.ERROR
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_param_override_changes_the_verdict(sim_bucket) -> None:
+    r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--param", "GM001.min_growth_mib=100000")
+    doc = json.loads(r.stdout)
+    assert not [f for f in doc["findings"] if f["rule_id"] == "GM001"]
+
+
+def test_rules_list_and_help() -> None:
+    r = leakreport("rules", "list")
+    assert r.returncode == 0 and "GM001" in r.stdout and "leak.gpu" in r.stdout
+    h = leakreport("analyze", "--help")
+    assert "--fail-on" in h.stdout and "--param" in h.stdout
+
+
+def test_rules_test_command_runs_the_pack_cases() -> None:
+    r = leakreport("rules", "test")
+    assert r.returncode == 0, r.stdout
+    assert " 0 failed" in r.stdout
