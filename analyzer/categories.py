@@ -17,7 +17,9 @@ CATEGORIES: dict[str, str] = {
     "latency.pressure": "Latency rises with memory pressure",
 }
 
-LEAK_CATEGORIES = frozenset(c for c in CATEGORIES if c.startswith("leak.") or c.startswith("known_bug."))
+LEAK_CATEGORIES = frozenset(
+    c for c in CATEGORIES if c.startswith("leak.") or c.startswith("known_bug.")
+)
 
 # Ordered from least to most severe.
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -27,4 +29,6 @@ def severity_rank(severity: str) -> int:
     try:
         return SEVERITIES.index(severity)
     except ValueError:
-        raise ValueError(f"unknown severity {severity!r}; use one of {', '.join(SEVERITIES)}") from None
+        raise ValueError(
+            f"unknown severity {severity!r}; use one of {', '.join(SEVERITIES)}"
+        ) from None

@@ -64,13 +64,35 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--scenario", default="all", show_default=True, help="Scenario name, or 'all'.")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Bucket folder to write.")
-@click.option("--hosts", default=4, show_default=True, type=click.IntRange(1, 10_000), help="Number of hosts.")
-@click.option("--hours", default=6.0, show_default=True, type=click.FloatRange(0.1, 24 * 31), help="Trace length.")
-@click.option("--seed", default=7, show_default=True, type=int, help="Random seed (output is deterministic).")
-@click.option("--labels", "labels_path", type=click.Path(dir_okay=False), help="Write expected findings here.")
+@click.option(
+    "--out", "out", required=True, type=click.Path(file_okay=False), help="Bucket folder to write."
+)
+@click.option(
+    "--hosts", default=4, show_default=True, type=click.IntRange(1, 10_000), help="Number of hosts."
+)
+@click.option(
+    "--hours",
+    default=6.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 24 * 31),
+    help="Trace length.",
+)
+@click.option(
+    "--seed", default=7, show_default=True, type=int, help="Random seed (output is deterministic)."
+)
+@click.option(
+    "--labels", "labels_path", type=click.Path(dir_okay=False), help="Write expected findings here."
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
-def simulate(scenario: str, out: str, hosts: int, hours: float, seed: int, labels_path: str | None, list_only: bool) -> None:
+def simulate(
+    scenario: str,
+    out: str,
+    hosts: int,
+    hours: float,
+    seed: int,
+    labels_path: str | None,
+    list_only: bool,
+) -> None:
     """Write a simulated fleet (labelled scenarios) into a bucket."""
     from analyzer.sim.generate import simulate as run_sim
     from analyzer.sim.scenarios import SCENARIOS
@@ -80,7 +102,15 @@ def simulate(scenario: str, out: str, hosts: int, hours: float, seed: int, label
             click.echo(f"{s.name:28} {s.description}")
         return
     try:
-        plans = run_sim(scenario, out, hosts=hosts, hours=hours, seed=seed, labels_path=labels_path, progress=_err)
+        plans = run_sim(
+            scenario,
+            out,
+            hosts=hosts,
+            hours=hours,
+            seed=seed,
+            labels_path=labels_path,
+            progress=_err,
+        )
     except KeyError as e:
         _die(str(e.args[0]))
     _err(f"simulated {len(plans)} hosts x {hours:g} h into {out}")
@@ -94,8 +124,8 @@ def _load_packs(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[An
     except PackError as e:
         _die(str(e))
     for p in packs:
-        for e in p.errors:
-            _err(f"leakreport: rule error: {e}")
+        for rule_err in p.errors:
+            _err(f"leakreport: rule error: {rule_err}")
     return packs
 
 
@@ -125,7 +155,9 @@ def _run_analysis(
             _die(f"--param: no rule {rule_id!r} (see `leakreport rules list`)")
         for k in kv:
             if k not in known[rule_id].params:
-                _die(f"--param: rule {rule_id} has no parameter {k!r} (it has: {', '.join(known[rule_id].params)})")
+                _die(
+                    f"--param: rule {rule_id} has no parameter {k!r} (it has: {', '.join(known[rule_id].params)})"
+                )
     try:
         return run(
             bucket,
@@ -139,7 +171,9 @@ def _run_analysis(
 
 
 def _table(doc: Any) -> str:
-    lines = [f"{len(doc.findings)} findings over {len(doc.hosts)} hosts ({doc.run.data_start} .. {doc.run.data_end})"]
+    lines = [
+        f"{len(doc.findings)} findings over {len(doc.hosts)} hosts ({doc.run.data_start} .. {doc.run.data_end})"
+    ]
     for f in doc.findings:
         where = f.host + (f" gpu{f.gpu}" if f.gpu is not None else "")
         lines.append(f"{f.severity.upper():9} {f.rule_id:7} {f.category:32} {where:28} {f.summary}")
@@ -153,8 +187,20 @@ _COMMON = [
     click.option("--since", callback=_date, help="First date (YYYY-MM-DD, UTC) to read."),
     click.option("--until", callback=_date, help="Last date (YYYY-MM-DD, UTC) to read."),
     click.option("--host", "hosts", multiple=True, help="Only this host (repeatable)."),
-    click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack folder."),
-    click.option("--param", "params", multiple=True, metavar="RULE.key=value", help="Override a rule parameter."),
+    click.option(
+        "--pack",
+        "packs",
+        multiple=True,
+        type=click.Path(file_okay=False),
+        help="Extra rule pack folder.",
+    ),
+    click.option(
+        "--param",
+        "params",
+        multiple=True,
+        metavar="RULE.key=value",
+        help="Override a rule parameter.",
+    ),
 ]
 
 
@@ -173,13 +219,30 @@ def _exit_for(doc: Any, fail_on: str) -> int:
 @cli.command()
 @click.argument("bucket", type=click.Path())
 @_common
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 @click.option("--out", type=click.Path(dir_okay=False), help="Write output here instead of stdout.")
-@click.option("--fail-on", type=click.Choice(FAIL_ON), default="warning", show_default=True,
-              help="Exit 1 when a finding is at or above this severity.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(FAIL_ON),
+    default="warning",
+    show_default=True,
+    help="Exit 1 when a finding is at or above this severity.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def analyze(bucket: str, since: Any, until: Any, hosts: tuple[str, ...], packs: tuple[str, ...],
-            params: tuple[str, ...], fmt: str, out: str | None, fail_on: str, quiet: bool) -> None:
+def analyze(
+    bucket: str,
+    since: Any,
+    until: Any,
+    hosts: tuple[str, ...],
+    packs: tuple[str, ...],
+    params: tuple[str, ...],
+    fmt: str,
+    out: str | None,
+    fail_on: str,
+    quiet: bool,
+) -> None:
     """Run the rule packs over BUCKET and print the findings."""
     doc = _run_analysis(bucket, since, until, hosts, packs, params, quiet)
     _write_out(doc.to_json() if fmt == "json" else _table(doc), out)
@@ -191,8 +254,16 @@ def analyze(bucket: str, since: Any, until: Any, hosts: tuple[str, ...], packs: 
 @_common
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="never", show_default=True)
-def report(source: str, since: Any, until: Any, hosts: tuple[str, ...], packs: tuple[str, ...],
-           params: tuple[str, ...], out: str, fail_on: str) -> None:
+def report(
+    source: str,
+    since: Any,
+    until: Any,
+    hosts: tuple[str, ...],
+    packs: tuple[str, ...],
+    params: tuple[str, ...],
+    out: str,
+    fail_on: str,
+) -> None:
     """Write a self-contained HTML report from a bucket or a findings JSON file."""
     from analyzer.findings import FindingsDocument
 
@@ -217,7 +288,13 @@ def rules() -> None:
 
 
 @rules.command("list")
-@click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack folder.")
+@click.option(
+    "--pack",
+    "packs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Extra rule pack folder.",
+)
 def rules_list(packs: tuple[str, ...]) -> None:
     """List the loaded rules (and rules that failed to load)."""
     loaded = _load_packs(packs)
@@ -231,7 +308,9 @@ def rules_list(packs: tuple[str, ...]) -> None:
 
 
 @rules.command("test")
-@click.option("--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Pack folder to test.")
+@click.option(
+    "--pack", "packs", multiple=True, type=click.Path(file_okay=False), help="Pack folder to test."
+)
 @click.option("--no-builtin", is_flag=True, help="Test only the --pack folders.")
 def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
     """Run the rule test cases shipped in each pack's tests/ folder."""

@@ -121,7 +121,12 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
         return RuleError(path, 1, f"cannot read rule: {e}", rule_id)
     m = _FRONT.match(text)
     if not m:
-        return RuleError(path, 1, "missing metadata: the file must start with a /*--- ... ---*/ TOML block", rule_id)
+        return RuleError(
+            path,
+            1,
+            "missing metadata: the file must start with a /*--- ... ---*/ TOML block",
+            rule_id,
+        )
     first = m.group(1).count("\n") + 2  # line number of the first metadata line
     front = m.group(2)
     try:
@@ -148,9 +153,13 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
     if not _ID.match(rule_id):
         return err("id", f"id {rule_id!r} must be letters, digits and underscores")
     if meta["category"] not in CATEGORIES:
-        return err("category", f"unknown category {meta['category']!r}; use one of {', '.join(CATEGORIES)}")
+        return err(
+            "category", f"unknown category {meta['category']!r}; use one of {', '.join(CATEGORIES)}"
+        )
     if meta["severity"] not in SEVERITIES:
-        return err("severity", f"unknown severity {meta['severity']!r}; use one of {', '.join(SEVERITIES)}")
+        return err(
+            "severity", f"unknown severity {meta['severity']!r}; use one of {', '.join(SEVERITIES)}"
+        )
     for t in meta["requires"]:
         if t not in TABLES:
             return err("requires", f"requires unknown table {t!r}; known: {', '.join(TABLES)}")
@@ -163,13 +172,17 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
             return err(k, f"parameter {k!r} must be a number, string or boolean")
     sql = text[m.end() :]
     if not sql.strip():
-        return RuleError(path, text[: m.end()].count("\n") + 1, "rule has no SQL after its metadata", rule_id)
+        return RuleError(
+            path, text[: m.end()].count("\n") + 1, "rule has no SQL after its metadata", rule_id
+        )
     body_start = text[: m.end()].count("\n")
     stripped = strip_sql_comments_and_strings(sql)
     for pm in _PARAM_REF.finditer(stripped):
         if pm.group(1) not in params:
             line = body_start + stripped[: pm.start()].count("\n") + 1
-            return RuleError(path, line, f"SQL uses ${pm.group(1)} but [params] does not define it", rule_id)
+            return RuleError(
+                path, line, f"SQL uses ${pm.group(1)} but [params] does not define it", rule_id
+            )
     return Rule(
         id=rule_id,
         name=meta["name"],
@@ -216,7 +229,9 @@ def load_packs(extra: list[str | Path] | None = None, *, builtin: bool = True) -
         for r in list(p.rules):
             if r.id in seen:
                 p.rules.remove(r)
-                p.errors.append(RuleError(r.path, 1, f"rule id {r.id!r} already defined by {seen[r.id]}", r.id))
+                p.errors.append(
+                    RuleError(r.path, 1, f"rule id {r.id!r} already defined by {seen[r.id]}", r.id)
+                )
             else:
                 seen[r.id] = r.path
     return packs

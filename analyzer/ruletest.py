@@ -76,23 +76,34 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 u = min(int(used * MIB), total)
                 rows["gpu_samples"].append(
                     {
-                        "ts": t, "host": p["host"], "gpu_index": int(p["gpu"]),
-                        "memory_total_bytes": total, "memory_used_bytes": u,
-                        "memory_free_bytes": total - u, "utilization_gpu_pct": 85.0 if busy else 1.0,
+                        "ts": t,
+                        "host": p["host"],
+                        "gpu_index": int(p["gpu"]),
+                        "memory_total_bytes": total,
+                        "memory_used_bytes": u,
+                        "memory_free_bytes": total - u,
+                        "utilization_gpu_pct": 85.0 if busy else 1.0,
                     }
                 )
                 if k % 30 == 0:
                     rows["metric_samples"].append(
                         {
-                            "ts": t, "host": p["host"], "name": "sglang:num_running_reqs",
+                            "ts": t,
+                            "host": p["host"],
+                            "name": "sglang:num_running_reqs",
                             "labels": {"tp_rank": str(p["gpu"])},
                             "value": float(p["running_busy"]) if busy else 0.0,
                         }
                     )
                     if pid:
                         rows["gpu_processes"].append(
-                            {"ts": t, "host": p["host"], "gpu_index": int(p["gpu"]), "pid": pid,
-                             "used_gpu_memory_bytes": u}
+                            {
+                                "ts": t,
+                                "host": p["host"],
+                                "gpu_index": int(p["gpu"]),
+                                "pid": pid,
+                                "used_gpu_memory_bytes": u,
+                            }
                         )
                 t = t + dt.timedelta(seconds=step)
     return rows
@@ -170,12 +181,23 @@ def run_case(case: Case, packs: list[Pack]) -> list[str]:
             write_case_bucket(case, Path(tmp))
         except (ValueError, TypeError, KeyError) as e:
             return [f"{case.path}: bad case data: {e}"]
-        doc = analyze(tmp, packs, only_rules={case.rule_id}, overrides={case.rule_id: case.params}, with_series=False)
-    problems = [f"rule {s.status}: {s.reason}" for s in doc.run.rules if s.rule_id == case.rule_id and s.status == "errored"]
+        doc = analyze(
+            tmp,
+            packs,
+            only_rules={case.rule_id},
+            overrides={case.rule_id: case.params},
+            with_series=False,
+        )
+    problems = [
+        f"rule {s.status}: {s.reason}"
+        for s in doc.run.rules
+        if s.rule_id == case.rule_id and s.status == "errored"
+    ]
     found = doc.findings
     if case.expect_count is not None and len(found) != case.expect_count:
         problems.append(
-            f"expected {case.expect_count} findings, got {len(found)}: " + "; ".join(f.summary for f in found)
+            f"expected {case.expect_count} findings, got {len(found)}: "
+            + "; ".join(f.summary for f in found)
         )
     for want in case.expect:
         if not any(not _matches(f, want) for f in found):

@@ -14,7 +14,14 @@ import polars as pl
 from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, iso_utc
 
 MAX_POINTS = 480
-EVENT_SIGNATURES = ("oom", "kv_leak_check", "restart", "server_args", "image_processor", "engine_version")
+EVENT_SIGNATURES = (
+    "oom",
+    "kv_leak_check",
+    "restart",
+    "server_args",
+    "image_processor",
+    "engine_version",
+)
 MAX_EVENTS_PER_HOST = 60
 
 
@@ -34,7 +41,9 @@ def downsample(df: pl.DataFrame, max_points: int = MAX_POINTS) -> pl.DataFrame:
         (pl.int_range(pl.len()).over("host", "gpu_index")).alias("i"),
     )
     df = df.with_columns(
-        (pl.col("i") // (pl.col("len") / max_points).ceil().cast(pl.Int64).clip(lower_bound=1)).alias("chunk")
+        (
+            pl.col("i") // (pl.col("len") / max_points).ceil().cast(pl.Int64).clip(lower_bound=1)
+        ).alias("chunk")
     )
     return (
         df.group_by("host", "gpu_index", "chunk", maintain_order=True)

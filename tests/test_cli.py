@@ -22,18 +22,35 @@ def test_json_to_stdout_progress_to_stderr(sim_bucket) -> None:
     assert r.returncode == exitcodes.OK, r.stderr
     doc = json.loads(r.stdout)  # nothing but the document on stdout
     assert doc["schema_version"] == 1 and doc["findings"]
-    for key in ("rule_id", "category", "severity", "host", "gpu", "pid", "start", "end", "summary", "evidence", "remediation"):
+    for key in (
+        "rule_id",
+        "category",
+        "severity",
+        "host",
+        "gpu",
+        "pid",
+        "start",
+        "end",
+        "summary",
+        "evidence",
+        "remediation",
+    ):
         assert key in doc["findings"][0]
     assert "rollups built" in r.stderr
 
 
-@pytest.mark.parametrize("fail_on,code", [("critical", exitcodes.FINDINGS), ("info", exitcodes.FINDINGS), ("never", exitcodes.OK)])
+@pytest.mark.parametrize(
+    "fail_on,code",
+    [("critical", exitcodes.FINDINGS), ("info", exitcodes.FINDINGS), ("never", exitcodes.OK)],
+)
 def test_fail_on(sim_bucket, fail_on: str, code: int) -> None:
     assert leakreport("analyze", str(sim_bucket[0]), "-q", "--fail-on", fail_on).returncode == code
 
 
 def test_host_filter_prunes(sim_bucket) -> None:
-    r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--host", "healthy-static-00")
+    r = leakreport(
+        "analyze", str(sim_bucket[0]), "-q", "--format", "json", "--host", "healthy-static-00"
+    )
     assert r.returncode == exitcodes.OK, r.stderr
     doc = json.loads(r.stdout)
     assert doc["findings"] == [] and [h["host"] for h in doc["hosts"]] == ["healthy-static-00"]
@@ -67,7 +84,15 @@ def test_errors_exit_2_with_a_message(sim_bucket, tmp_path, args: list[str], mes
 
 
 def test_param_override_changes_the_verdict(sim_bucket) -> None:
-    r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--param", "GM001.min_growth_mib=100000")
+    r = leakreport(
+        "analyze",
+        str(sim_bucket[0]),
+        "-q",
+        "--format",
+        "json",
+        "--param",
+        "GM001.min_growth_mib=100000",
+    )
     doc = json.loads(r.stdout)
     assert not [f for f in doc["findings"] if f["rule_id"] == "GM001"]
 

@@ -17,7 +17,10 @@ def test_make_demo_prints_a_report_showing_the_leak(tmp_path) -> None:
     out = tmp_path / "out"
     r = subprocess.run(
         ["make", "-s", "demo", f"OUT={out}", "DEMO_HOSTS=4", "DEMO_HOURS=4"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"^report: (.+\.html)$", r.stdout, re.M)

@@ -10,15 +10,31 @@ import pytest
 
 def loaded_after(stmt: str) -> set[str]:
     code = f"import sys; {stmt}; print(' '.join(sorted(m.split('.')[0] for m in sys.modules)))"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     return set(r.stdout.split())
 
 
 @pytest.mark.parametrize(
-    "module", ["collector", "collector.schema", "collector.writer", "collector.logsig", "collector.metrics", "collector.procinfo"]
+    "module",
+    [
+        "collector",
+        "collector.schema",
+        "collector.writer",
+        "collector.logsig",
+        "collector.metrics",
+        "collector.procinfo",
+    ],
 )
 def test_collector_stays_light(module: str) -> None:
-    assert not loaded_after(f"import {module}") & {"duckdb", "polars", "jinja2", "analyzer", "reports"}
+    assert not loaded_after(f"import {module}") & {
+        "duckdb",
+        "polars",
+        "jinja2",
+        "analyzer",
+        "reports",
+    }
 
 
 def test_findings_model_is_light() -> None:

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from analyzer.packs import PackError, load_pack, load_packs, parse_param_overrides, parse_rule
-from analyzer.runner import analyze
 from analyzer.ruletest import generate_gpu
+from analyzer.runner import analyze
 from collector.writer import BucketWriter
 
-GOOD = '''/*---
+GOOD = """/*---
 id = "{id}"
 name = "t.good"
 title = "t"
@@ -23,7 +23,7 @@ remediation = "r"
 limit = 1
 ---*/
 SELECT host, count(*) AS n, 'rows: ' || count(*) AS summary FROM gpu_samples GROUP BY host HAVING count(*) >= $limit
-'''
+"""
 
 
 def _pack(tmp: Path, rules: dict[str, str]) -> Path:
@@ -44,10 +44,18 @@ def test_default_pack_loads_clean() -> None:
     "mutate,line,message",
     [
         (lambda s: s.replace('severity = "warning"', 'severity = "huge"'), 6, "unknown severity"),
-        (lambda s: s.replace('category = "leak.gpu"', 'category = "leak.nope"'), 5, "unknown category"),
+        (
+            lambda s: s.replace('category = "leak.gpu"', 'category = "leak.nope"'),
+            5,
+            "unknown category",
+        ),
         (lambda s: s.replace('id = "X1"', 'id = "X2"'), 2, "must equal the file name"),
         (lambda s: s.replace('title = "t"\n', ""), 2, "lacks required key 'title'"),
-        (lambda s: s.replace('requires = ["gpu_samples"]', 'requires = ["gpu_sample"]'), 7, "unknown table"),
+        (
+            lambda s: s.replace('requires = ["gpu_samples"]', 'requires = ["gpu_sample"]'),
+            7,
+            "unknown table",
+        ),
         (lambda s: s.replace('title = "t"', 'title = "t'), 4, "invalid TOML"),
         (lambda s: s.replace("$limit", "$limt"), 14, "$limt"),
         (lambda s: s.replace("[params]", 'colour = "red"\n[params]'), 11, "unknown metadata key"),
@@ -118,7 +126,9 @@ def test_pack_errors(tmp_path) -> None:
 
 
 def test_param_override_parsing() -> None:
-    assert parse_param_overrides(["GM001.min_growth_mib=128", "KB001.max_affected_version=0.5.0", "A.b=true"]) == {
+    assert parse_param_overrides(
+        ["GM001.min_growth_mib=128", "KB001.max_affected_version=0.5.0", "A.b=true"]
+    ) == {
         "GM001": {"min_growth_mib": 128},
         "KB001": {"max_affected_version": "0.5.0"},
         "A": {"b": True},

@@ -81,5 +81,7 @@ def test_different_seed_changes_the_data(tmp_path) -> None:
         b = tmp_path / f"s{seed}"
         simulate("cache-warmup", b, hosts=1, hours=1, seed=seed)
         files = sorted(b.rglob("gpu_samples-*.parquet"))
-        used.append([v for f in files for v in pq.read_table(f).column("memory_used_bytes").to_pylist()])
+        used.append(
+            [v for f in files for v in pq.read_table(f).column("memory_used_bytes").to_pylist()]
+        )
     assert len(used[0]) == len(used[1]) and used[0] != used[1]

@@ -16,7 +16,12 @@ T0 = dt.datetime(2026, 3, 1, 23, 59, 50, tzinfo=dt.UTC)
 
 def _gpu_rows(n: int, start: dt.datetime = T0) -> list[dict]:
     return [
-        {"ts": start + dt.timedelta(seconds=10 * i), "host": "x", "gpu_index": 0, "memory_used_bytes": i}
+        {
+            "ts": start + dt.timedelta(seconds=10 * i),
+            "host": "x",
+            "gpu_index": 0,
+            "memory_used_bytes": i,
+        }
         for i in range(n)
     ]
 
@@ -31,7 +36,10 @@ def test_layout_metadata_and_no_temp_files(tmp_path) -> None:
     files = BucketWriter(tmp_path, "gpu-01").write("gpu_samples", _gpu_rows(3))
     assert len(files) == 2  # the rows span midnight: one file per UTC date
     rels = sorted(str(f.relative_to(tmp_path)).rsplit("/", 1)[0] for f in files)
-    assert rels == ["gpu_samples/date=2026-03-01/host=gpu-01", "gpu_samples/date=2026-03-02/host=gpu-01"]
+    assert rels == [
+        "gpu_samples/date=2026-03-01/host=gpu-01",
+        "gpu_samples/date=2026-03-02/host=gpu-01",
+    ]
     md = read_metadata(files[0])
     assert md["leakreport.schema_version"] == str(SCHEMA_VERSION)
     assert md["leakreport.collector_version"]
@@ -53,18 +61,29 @@ def test_never_overwrites(tmp_path, monkeypatch) -> None:
 
 def test_unknown_column_is_an_error(tmp_path) -> None:
     with pytest.raises(ValueError, match="unknown columns"):
-        BucketWriter(tmp_path, "h").write("gpu_samples", [{"ts": T0, "host": "h", "gpu_index": 0, "typo": 1}])
+        BucketWriter(tmp_path, "h").write(
+            "gpu_samples", [{"ts": T0, "host": "h", "gpu_index": 0, "typo": 1}]
+        )
 
 
 def test_host_column_is_the_sanitised_host(tmp_path) -> None:
-    (f,) = BucketWriter(tmp_path, "a/b").write("gpu_samples", _gpu_rows(1, T0 - dt.timedelta(hours=1)))
+    (f,) = BucketWriter(tmp_path, "a/b").write(
+        "gpu_samples", _gpu_rows(1, T0 - dt.timedelta(hours=1))
+    )
     assert pq.read_table(f).column("host").to_pylist() == ["a_b"]
 
 
 @pytest.mark.parametrize(
     "raw,clean",
-    [("gpu-01.example.com", "gpu-01.example.com"), ("../../etc", "_._etc"), ("a/b", "a_b"), ("", "unknown"),
-     ("host=x", "host_x"), ("..", "unknown"), ("bad\nname\x00", "bad_name_")],
+    [
+        ("gpu-01.example.com", "gpu-01.example.com"),
+        ("../../etc", "_._etc"),
+        ("a/b", "a_b"),
+        ("", "unknown"),
+        ("host=x", "host_x"),
+        ("..", "unknown"),
+        ("bad\nname\x00", "bad_name_"),
+    ],
 )
 def test_sanitize_examples(raw: str, clean: str) -> None:
     assert sanitize_host(raw) == clean

@@ -70,7 +70,9 @@ def simulate_gpu_frame(s: Scenario, hours: float, rng: random.Random) -> pl.Data
     df = df.with_columns(pl.col("requests").cum_sum().alias("cum_req"))
     df = df.with_columns((pl.col("cum_req") * s.leak_mib_per_req).alias("leak_total"))
     if s.leak_mib_per_req > 0:
-        df = df.with_columns((pl.col("leak_total") / headroom).floor().cast(pl.Int64).alias("segment"))
+        df = df.with_columns(
+            (pl.col("leak_total") / headroom).floor().cast(pl.Int64).alias("segment")
+        )
     else:
         df = df.with_columns(pl.lit(0, pl.Int64).alias("segment"))
     df = df.with_columns(
@@ -81,7 +83,9 @@ def simulate_gpu_frame(s: Scenario, hours: float, rng: random.Random) -> pl.Data
     starting = pl.col("since_start") < STARTUP_S
     ramp = (pl.col("since_start") / STARTUP_S).clip(0.0, 1.0)
     cache = s.cache_max_mib * (1 - (-pl.col("seg_req") / s.cache_tau_req).exp())
-    working = pl.when(pl.col("busy")).then(s.working_mib * (0.85 + 0.05 * pl.col("z"))).otherwise(0.0)
+    working = (
+        pl.when(pl.col("busy")).then(s.working_mib * (0.85 + 0.05 * pl.col("z"))).otherwise(0.0)
+    )
     used = (
         pl.when(starting)
         .then(base * ramp)
@@ -105,11 +109,21 @@ def _pids(plan: HostPlan, segment: int) -> list[int]:
 def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -> dict[str, int]:
     s = plan.scenario
     rng = random.Random(plan.seed)
-    frames = [simulate_gpu_frame(s, hours, random.Random(plan.seed * 100 + g)) for g in range(s.gpus)]
+    frames = [
+        simulate_gpu_frame(s, hours, random.Random(plan.seed * 100 + g)) for g in range(s.gpus)
+    ]
     f0 = frames[0]
     ts = [start + dt.timedelta(seconds=int(t)) for t in f0["t"]]
     tables: dict[str, list[dict[str, Any]]] = {
-        k: [] for k in ("gpu_samples", "gpu_processes", "processes", "metric_samples", "log_lines", "collector_runs")
+        k: []
+        for k in (
+            "gpu_samples",
+            "gpu_processes",
+            "processes",
+            "metric_samples",
+            "log_lines",
+            "collector_runs",
+        )
     }
     for g, f in enumerate(frames):
         for when, used, util in zip(ts, f["used_mib"], f["util"], strict=True):
@@ -138,7 +152,14 @@ def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -
         sig = logsig.match(line)
         if sig is not None:
             tables["log_lines"].append(
-                {"ts": when, "file": log_file, "inode": 1000 + plan.seed, "offset": offset, "text": line, "signature": sig}
+                {
+                    "ts": when,
+                    "file": log_file,
+                    "inode": 1000 + plan.seed,
+                    "offset": offset,
+                    "text": line,
+                    "signature": sig,
+                }
             )
         offset += len(line.encode()) + 1
 
@@ -167,30 +188,61 @@ def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -
             parsed = metrics.parse(textgen.metrics_text(s, running, 0, kv, requests_total, 3.2e9))
             for smp in parsed.samples:
                 tables["metric_samples"].append(
-                    {"ts": when, "source": "http://127.0.0.1:30000/metrics", "name": smp.name, "labels": smp.labels, "value": smp.value}
+                    {
+                        "ts": when,
+                        "source": "http://127.0.0.1:30000/metrics",
+                        "name": smp.name,
+                        "labels": smp.labels,
+                        "value": smp.value,
+                    }
                 )
             for g, pid in enumerate(pids):
                 used = int(frames[g]["used_mib"][i] * MIB)
                 tables["gpu_processes"].append(
-                    {"ts": when, "gpu_index": g, "pid": pid, "used_gpu_memory_bytes": max(used - 400 * MIB, 0),
-                     "vm_rss_bytes": int(3.2e9), "vm_size_bytes": int(48e9), "process_start": seg_start}
+                    {
+                        "ts": when,
+                        "gpu_index": g,
+                        "pid": pid,
+                        "used_gpu_memory_bytes": max(used - 400 * MIB, 0),
+                        "vm_rss_bytes": int(3.2e9),
+                        "vm_size_bytes": int(48e9),
+                        "process_start": seg_start,
+                    }
                 )
         if sec % PROCESS_EVERY_S == 0 or when == seg_start:
             for rank, pid in enumerate(pids):
                 tables["processes"].append(
-                    {"ts": when, "pid": pid, "process_start": seg_start, "cmdline": cmd, "engine": info.engine,
-                     "engine_version": s.engine_version, "torch_version": "2.7.1", "model": info.model,
-                     "mem_fraction_static": info.mem_fraction_static,
-                     "gpu_memory_utilization": info.gpu_memory_utilization,
-                     "disable_fast_image_processor": info.disable_fast_image_processor,
-                     "tp_size": info.tp_size, "tp_rank": rank, "flags_json": info.flags_json()}
+                    {
+                        "ts": when,
+                        "pid": pid,
+                        "process_start": seg_start,
+                        "cmdline": cmd,
+                        "engine": info.engine,
+                        "engine_version": s.engine_version,
+                        "torch_version": "2.7.1",
+                        "model": info.model,
+                        "mem_fraction_static": info.mem_fraction_static,
+                        "gpu_memory_utilization": info.gpu_memory_utilization,
+                        "disable_fast_image_processor": info.disable_fast_image_processor,
+                        "tp_size": info.tp_size,
+                        "tp_rank": rank,
+                        "flags_json": info.flags_json(),
+                    }
                 )
         if sec % 3600 == 0:
             run_id = f"sim-{plan.host}-{i}"
             for src in ("nvml", "procfs", "logs", "metrics"):
                 tables["collector_runs"].append(
-                    {"ts": when, "run_id": run_id, "collector_version": collector_version, "source": src,
-                     "status": "ok", "rows": 0, "duration_s": 0.05, "finished": when}
+                    {
+                        "ts": when,
+                        "run_id": run_id,
+                        "collector_version": collector_version,
+                        "source": src,
+                        "status": "ok",
+                        "rows": 0,
+                        "duration_s": 0.05,
+                        "finished": when,
+                    }
                 )
     writer = BucketWriter(out, plan.host)
     counts = {}
@@ -252,7 +304,9 @@ def simulate(
     for k, p in enumerate(plans, 1):
         counts = generate_host(p, hours, start, out)
         if progress:
-            progress(f"[{k}/{len(plans)}] {p.host}: {counts['gpu_samples']} GPU samples, {counts['log_lines']} log lines")
+            progress(
+                f"[{k}/{len(plans)}] {p.host}: {counts['gpu_samples']} GPU samples, {counts['log_lines']} log lines"
+            )
     if labels_path is not None:
         lp = Path(labels_path)
         lp.parent.mkdir(parents=True, exist_ok=True)

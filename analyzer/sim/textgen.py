@@ -61,7 +61,9 @@ def startup_lines(s: Scenario, ts: dt.datetime, pid: int) -> list[str]:
     ]
 
 
-def batch_line(s: Scenario, ts: dt.datetime, pid: int, running: int, queued: int, kv: float, tput: float) -> str:
+def batch_line(
+    s: Scenario, ts: dt.datetime, pid: int, running: int, queued: int, kv: float, tput: float
+) -> str:
     if s.engine == "sglang":
         rank = 0 if s.tp_size > 1 else None
         sep = "." if _old_sglang(s) else ","
@@ -92,7 +94,9 @@ def oom_line(s: Scenario, ts: dt.datetime, pid: int, gpu: int, used_mib: float) 
     return f"(EngineCore_DP0 pid={pid}) ERROR {ts:%m-%d %H:%M:%S} [core.py:710] {msg}"
 
 
-def metrics_text(s: Scenario, running: int, queued: int, kv: float, requests_total: float, rss: float) -> str:
+def metrics_text(
+    s: Scenario, running: int, queued: int, kv: float, requests_total: float, rss: float
+) -> str:
     out: list[str] = []
     if s.engine == "sglang":
         ranks = range(s.tp_size)
@@ -105,12 +109,26 @@ def metrics_text(s: Scenario, running: int, queued: int, kv: float, requests_tot
                 out.append(f"{name}{{{labels}}} {value!r}")
 
         fam("sglang:num_running_reqs", "gauge", "The number of running requests.", float(running))
-        fam("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", float(queued))
+        fam(
+            "sglang:num_queue_reqs",
+            "gauge",
+            "The number of requests in the waiting queue.",
+            float(queued),
+        )
         fam("sglang:token_usage", "gauge", "The token usage.", round(kv, 4))
-        fam("sglang:num_requests_total", "counter", "Number of requests processed.", float(requests_total))
+        fam(
+            "sglang:num_requests_total",
+            "counter",
+            "Number of requests processed.",
+            float(requests_total),
+        )
     else:
         labels = f'engine="0",model_name="{s.model}"'
-        usage = "vllm:kv_cache_usage_perc" if not s.engine_version.startswith("0.8") else "vllm:gpu_cache_usage_perc"
+        usage = (
+            "vllm:kv_cache_usage_perc"
+            if not s.engine_version.startswith("0.8")
+            else "vllm:gpu_cache_usage_perc"
+        )
         for name, typ, value in (
             ("vllm:num_requests_running", "gauge", float(running)),
             ("vllm:num_requests_waiting", "gauge", float(queued)),
