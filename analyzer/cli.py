@@ -331,6 +331,50 @@ def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
     sys.exit(exitcodes.ERROR if failed or errors or total == 0 else exitcodes.OK)
 
 
+@cli.group()
+def logs() -> None:
+    """Read server logs the way the analyzer does."""
+
+
+@logs.command("parse")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--engine", type=click.Choice(["auto", "sglang", "vllm"]), default="auto", show_default=True
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True
+)
+@click.option("--year", type=int, help="Year for timestamps that carry none (vLLM's MM-DD).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write output here instead of stdout.")
+def logs_parse(file: str, engine: str, fmt: str, year: int | None, out: str | None) -> None:
+    """One JSON object per recognised event in FILE: {line, event, engine, ts, fields}.
+
+    Events: batch_stats, kv_leak_check, oom, server_args, fast_image_processor,
+    engine_version, kv_capacity. Unrecognised lines produce nothing.
+    """
+    import time
+
+    from analyzer import logparse
+
+    t0 = time.perf_counter()
+    try:
+        lines = logparse.read_lines(file)
+    except OSError as e:
+        _die(f"{file}: {e}")
+    frame = logparse.parse_frame(lines, engine, year)
+    if fmt == "jsonl":
+        text = logparse.to_jsonl(frame)
+    else:
+        rows = [
+            f"{e['line']:>8} {e['event']:22} {e['engine'] or '-':7} {e['ts'] or '-':20} "
+            + " ".join(f"{k}={v}" for k, v in e["fields"].items())
+            for e in logparse.events(frame)
+        ]
+        text = "\n".join(rows) + ("\n" if rows else "")
+    _write_out(text, out)
+    _err(f"{file}: {lines.len()} lines, {frame.height} events in {time.perf_counter() - t0:.2f}s")
+
+
 def main() -> None:
     cli(prog_name="leakreport")
 

@@ -14,7 +14,10 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
     ("kv_leak_check", r"memory leak detected"),
     ("oom", r"out of memory|OutOfMemoryError"),
     ("server_args", r"ServerArgs\("),
-    ("engine_version", r"sglang is using|API server version|vLLM version|sglang==|SGLang version"),
+    (
+        "engine_version",
+        r"API server version|LLM engine \(v\d|vLLM version|sglang==\d|(?i:sglang version)",
+    ),
     (
         "image_processor",
         r"fast (?:image )?processor|slow (?:image )?processor|use_fast=|disable.fast.image.processor",
@@ -24,7 +27,10 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
         "kv_capacity",
         r"KV Cache is allocated|max_total_num_tokens=|GPU blocks:|kv_cache_size=|KV cache (?:memory|size)",
     ),
-    ("memory_info", r"[Aa]vail mem=|mem usage=|Memory profiling|Loading model weights took|Model loading took"),
+    (
+        "memory_info",
+        r"[Aa]vail mem=|mem usage=|Memory profiling|Loading model weights took|Model loading took",
+    ),
     ("traceback", r"Traceback \(most recent call last\)"),
     (
         "restart",
