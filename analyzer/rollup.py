@@ -2,7 +2,8 @@
 
 The SQL lives in ``rollups/NN_name.sql`` and runs in file order. Rules query
 these tables (``gpu_buckets``, ``activity``, ``bucket_state``,
-``gpu_lifetimes``, ``idle_windows``, ``idle_trend``, ``server_info``) as well
+``gpu_lifetimes``, ``idle_windows``, ``idle_trend``, ``server_info``,
+``metric_norm``, ``requests``, ``kv_usage``; and ``log_events``) as well
 as the raw views, so the whole pack costs little more than one scan.
 """
 
@@ -28,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
 
 ROLLUP_TABLES = (
     "gpu_buckets",
+    "metric_norm",
+    "requests",
+    "kv_usage",
     "activity",
     "bucket_state",
     "gpu_lifetimes",

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, rollup, series
+from analyzer import __version__, logevents, rollup, series
 from analyzer.bucket import Scope, open_bucket
 from analyzer.findings import (
     Finding,
@@ -113,8 +113,9 @@ def analyze(
     con, files = open_bucket(bucket, scope, memory_limit=memory_limit)
     try:
         t0 = time.perf_counter()
+        n_events = logevents.build(con)
         rollup.build(con, overrides.get("rollup"))
-        say(f"rollups built in {time.perf_counter() - t0:.2f}s")
+        say(f"rollups built in {time.perf_counter() - t0:.2f}s ({n_events} log events)")
         doc = FindingsDocument(
             run=RunInfo(
                 bucket=str(bucket),

@@ -1,22 +1,70 @@
--- Running requests per host over time, from /metrics (any engine, any rank:
--- max across series) and from batch-stats log lines.
+-- Engine metrics normalised to one vocabulary, whatever the engine, version
+-- or gateway prefix: kv_usage (0-1), running, queued, requests_total,
+-- rss_bytes, latency_sum / latency_count. Per-rank series are aggregated:
+-- max across tensor/pipeline ranks of one replica, then sum across replicas
+-- (max for usage), never "last sample wins".
+CREATE OR REPLACE TABLE metric_norm AS
+WITH m AS (
+    SELECT host, ts, value,
+           CASE
+               WHEN name IN ('sglang:token_usage', 'sglang_token_usage',
+                             'vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc') THEN 'kv_usage'
+               WHEN name IN ('sglang:num_running_reqs', 'sglang_num_running_reqs',
+                             'sglang:num_requests_running', 'vllm:num_requests_running') THEN 'running'
+               WHEN name IN ('sglang:num_queue_reqs', 'sglang_num_queue_reqs', 'sglang:num_requests_waiting',
+                             'vllm:num_requests_waiting') THEN 'queued'
+               WHEN name IN ('sglang:num_requests_total', 'sglang_num_requests_total',
+                             'vllm:request_success_total') THEN 'requests_total'
+               WHEN name = 'process_resident_memory_bytes' THEN 'rss_bytes'
+               WHEN name IN ('sglang:e2e_request_latency_seconds_sum', 'sglang_e2e_request_latency_seconds_sum',
+                             'vllm:e2e_request_latency_seconds_sum') THEN 'latency_sum'
+               WHEN name IN ('sglang:e2e_request_latency_seconds_count', 'sglang_e2e_request_latency_seconds_count',
+                             'vllm:e2e_request_latency_seconds_count') THEN 'latency_count'
+           END AS metric,
+           -- the replica: labels less the rank labels
+           CAST(map_from_entries(list_filter(map_entries(coalesce(labels, MAP {})),
+                lambda e: e.key NOT IN ('tp_rank', 'pp_rank', 'pid', 'moe_ep_rank'))) AS VARCHAR) AS replica
+    FROM metric_samples
+    WHERE value IS NOT NULL AND NOT isnan(value)
+),
+per_replica AS (
+    SELECT host, ts, metric, replica, max(value) AS value
+    FROM m WHERE metric IS NOT NULL
+    GROUP BY ALL
+)
+SELECT host, ts, metric,
+       CASE WHEN metric = 'kv_usage' THEN max(value) ELSE sum(value) END AS value
+FROM per_replica
+GROUP BY host, ts, metric;
+
+-- Requests served, cumulative per host, across counter resets (restarts).
+CREATE OR REPLACE TABLE requests AS
+WITH c AS (
+    SELECT host, ts, value,
+           value - lag(value) OVER (PARTITION BY host ORDER BY ts) AS d
+    FROM metric_norm WHERE metric = 'requests_total'
+)
+SELECT host, ts, sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN value ELSE d END)
+                 OVER (PARTITION BY host ORDER BY ts) AS cum_requests
+FROM c;
+
+-- KV-cache usage per host over time (metrics, else batch-stats log lines).
+CREATE OR REPLACE TABLE kv_usage AS
+SELECT host, ts, max(v) AS kv_usage
+FROM (
+    SELECT host, ts, value AS v FROM metric_norm WHERE metric = 'kv_usage'
+    UNION ALL
+    SELECT host, ts, kv_usage_ratio FROM log_events WHERE event = 'batch_stats' AND kv_usage_ratio IS NOT NULL
+)
+GROUP BY ALL;
+
+-- Running requests per host over time, from /metrics and batch-stats lines.
 CREATE OR REPLACE TABLE activity AS
 SELECT host, ts, max(running) AS running
 FROM (
-    SELECT host, ts, value AS running
-    FROM metric_samples
-    WHERE name IN (
-        'sglang:num_running_reqs', 'sglang_num_running_reqs',
-        'sglang:num_requests_running', 'vllm:num_requests_running'
-    )
+    SELECT host, ts, value AS running FROM metric_norm WHERE metric = 'running'
     UNION ALL
-    SELECT host, ts,
-           TRY_CAST(coalesce(
-               nullif(regexp_extract(text, '#running[-_]req: *(\d+)', 1), ''),
-               nullif(regexp_extract(text, 'Running: *(\d+) reqs', 1), '')
-           ) AS DOUBLE) AS running
-    FROM log_lines
-    WHERE signature = 'batch_stats'
+    SELECT host, ts, running_reqs FROM log_events WHERE event = 'batch_stats'
 )
 WHERE running IS NOT NULL
 GROUP BY host, ts;

@@ -35,6 +35,10 @@ w AS (
     HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
 )
 SELECT w.*,
+       (SELECT max(k.kv_usage) FROM kv_usage k
+         WHERE k.host = w.host AND k.ts >= w.start AND k.ts < w."end") AS kv_idle,
+       (SELECT arg_max(r.cum_requests, r.ts) FROM requests r
+         WHERE r.host = w.host AND r.ts <= w.start) AS cum_requests,
        coalesce((
            -- the process that was on the GPU longest during the window
            SELECT arg_max(l.pid, epoch(least(l.last_ts, w."end")) - epoch(greatest(l.first_ts, w.start)))

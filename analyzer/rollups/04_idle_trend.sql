@@ -30,7 +30,10 @@ agg AS (
            arg_max(baseline, k) AS last_baseline,
            arg_min(baseline, abs(k - (n + 1) / 2.0)) AS mid_baseline,
            count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - 1, 1) AS up_fraction,
-           max(total) AS total
+           max(total) AS total,
+           arg_min(kv_idle, k) AS first_kv_idle,
+           arg_max(kv_idle, k) AS last_kv_idle,
+           max(cum_requests) - min(cum_requests) AS requests
     FROM w GROUP BY ALL
 )
 SELECT agg.*,

@@ -1,36 +1,31 @@
 """Generate a simulated fleet into a bucket, through the collector's writer.
 
-Memory per GPU = static pool + leak since the process started + allocator
-cache (fills and saturates) + transient working set while busy. A leak that
-exhausts the headroom ends in an OOM, logged, and a restart with a new PID.
-The arithmetic is vectorised with polars; text goes through the collector's
-real log-signature matcher and /metrics parser.
+The memory model lives in ``model`` (polars); this module turns it into the
+collector's tables, with log lines and /metrics text that go through the
+collector's real log-signature matcher and /metrics parser.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
-from analyzer.sim import textgen
+from analyzer.sim import model, textgen
+from analyzer.sim.model import STEP_S
 from analyzer.sim.scenarios import Scenario, resolve
 from collector import __version__ as collector_version
 from collector import logsig, metrics
 from collector.procinfo import parse_cmdline
+from collector.schema import TABLES
 from collector.writer import BucketWriter
 
 MIB = 1024 * 1024
-STEP_S = 10
 SCRAPE_S = 30
 PROCESS_EVERY_S = 300
-STARTUP_S = 60
 DEFAULT_START = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
 
 
@@ -42,93 +37,70 @@ class HostPlan:
     pid0: int
 
 
-def _traffic(s: Scenario, n: int, rng: random.Random) -> list[bool]:
-    busy: list[bool] = []
-    on = False
-    while len(busy) < n:
-        lo, hi = s.busy_s if on else s.idle_s
-        busy += [on] * max(1, rng.randint(lo, hi) // STEP_S)
-        on = not on
-    return busy[:n]
-
-
-def simulate_gpu_frame(s: Scenario, hours: float, rng: random.Random) -> pl.DataFrame:
-    """Per-sample frame: t (s), busy, requests, segment, since_start, memory parts (MiB)."""
-    n = int(hours * 3600 // STEP_S)
-    busy = _traffic(s, n, rng)
-    noise = [rng.gauss(0.0, 1.0) for _ in range(n)]
-    base = s.static_fraction * s.total_mib + s.overhead_mib
-    headroom = max(s.total_mib - 100 - base - s.working_mib - s.cache_max_mib, 1.0)
-    df = pl.DataFrame({"i": range(n), "busy": busy, "z": noise}).with_columns(
-        (pl.col("i") * STEP_S).alias("t"),
-        pl.when(pl.col("busy"))
-        .then(s.req_rate * STEP_S * (1 + 0.1 * pl.col("z")))
-        .otherwise(0.0)
-        .clip(lower_bound=0.0)
-        .alias("requests"),
-    )
-    df = df.with_columns(pl.col("requests").cum_sum().alias("cum_req"))
-    df = df.with_columns((pl.col("cum_req") * s.leak_mib_per_req).alias("leak_total"))
-    if s.leak_mib_per_req > 0:
-        df = df.with_columns(
-            (pl.col("leak_total") / headroom).floor().cast(pl.Int64).alias("segment")
-        )
-    else:
-        df = df.with_columns(pl.lit(0, pl.Int64).alias("segment"))
-    df = df.with_columns(
-        (pl.col("leak_total") - pl.col("segment") * headroom).alias("leak"),
-        (pl.col("t") - pl.col("t").min().over("segment")).alias("since_start"),
-        (pl.col("cum_req") - pl.col("cum_req").min().over("segment")).alias("seg_req"),
-    )
-    starting = pl.col("since_start") < STARTUP_S
-    ramp = (pl.col("since_start") / STARTUP_S).clip(0.0, 1.0)
-    cache = s.cache_max_mib * (1 - (-pl.col("seg_req") / s.cache_tau_req).exp())
-    working = (
-        pl.when(pl.col("busy")).then(s.working_mib * (0.85 + 0.05 * pl.col("z"))).otherwise(0.0)
-    )
-    used = (
-        pl.when(starting)
-        .then(base * ramp)
-        .otherwise(base + pl.col("leak") + cache + working + 1.5 * pl.col("z"))
-        .clip(0.0, s.total_mib)
-    )
-    util = (
-        pl.when(starting)
-        .then(35.0)
-        .when(pl.col("busy"))
-        .then((82 + 6 * pl.col("z")).clip(40.0, 100.0))
-        .otherwise((0.5 + 0.3 * pl.col("z")).clip(0.0, 2.0))
-    )
-    return df.with_columns(used.alias("used_mib"), util.alias("util"), starting.alias("starting"))
-
-
 def _pids(plan: HostPlan, segment: int) -> list[int]:
     return [plan.pid0 + 17 * segment + g for g in range(plan.scenario.gpus)]
 
 
+class _Host:
+    """Collects one host's rows, through the collector's own matchers."""
+
+    def __init__(self, plan: HostPlan) -> None:
+        self.plan = plan
+        self.tables: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+        self.offset = 0
+        self.log_file = f"/var/log/{plan.scenario.engine}/server.log"
+
+    def log(self, when: dt.datetime, line: str) -> None:
+        sig = logsig.match(line)
+        if sig is not None:
+            self.tables["log_lines"].append(
+                {
+                    "ts": when,
+                    "file": self.log_file,
+                    "inode": 1000 + self.plan.seed,
+                    "offset": self.offset,
+                    "text": line,
+                    "signature": sig,
+                }
+            )
+        self.offset += len(line.encode()) + 1
+
+    def scrape(self, when: dt.datetime, text: str) -> None:
+        for smp in metrics.parse(text).samples:
+            self.tables["metric_samples"].append(
+                {
+                    "ts": when,
+                    "source": "http://127.0.0.1:30000/metrics",
+                    "name": smp.name,
+                    "labels": smp.labels,
+                    "value": smp.value,
+                }
+            )
+
+    def write(self, out: Path, start: dt.datetime) -> dict[str, int]:
+        writer = BucketWriter(out, self.plan.host)
+        counts = {}
+        for name, rows in self.tables.items():
+            counts[name] = len(rows)
+            # one file per table per simulated hour, as hourly batches of cron runs
+            by_hour: dict[int, list[dict[str, Any]]] = {}
+            for r in rows:
+                by_hour.setdefault(int((r["ts"] - start).total_seconds() // 3600), []).append(r)
+            for hour in sorted(by_hour):
+                writer.write(name, by_hour[hour])
+        return counts
+
+
 def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -> dict[str, int]:
     s = plan.scenario
-    rng = random.Random(plan.seed)
-    frames = [
-        simulate_gpu_frame(s, hours, random.Random(plan.seed * 100 + g)) for g in range(s.gpus)
-    ]
-    f0 = frames[0]
-    ts = [start + dt.timedelta(seconds=int(t)) for t in f0["t"]]
-    tables: dict[str, list[dict[str, Any]]] = {
-        k: []
-        for k in (
-            "gpu_samples",
-            "gpu_processes",
-            "processes",
-            "metric_samples",
-            "log_lines",
-            "collector_runs",
-        )
-    }
+    hf = model.host_frame(s, hours, plan.seed)
+    frames = [model.gpu_frame(s, hf, g, plan.seed * 100 + g) for g in range(s.gpus)]
+    h = _Host(plan)
+    ts = [start + dt.timedelta(seconds=int(t)) for t in hf["t"]]
     for g, f in enumerate(frames):
         for when, used, util in zip(ts, f["used_mib"], f["util"], strict=True):
             u = int(used * MIB)
-            tables["gpu_samples"].append(
+            h.tables["gpu_samples"].append(
                 {
                     "ts": when,
                     "gpu_index": g,
@@ -140,78 +112,83 @@ def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -
                     "utilization_gpu_pct": float(util),
                 }
             )
-    # Process lifetimes follow GPU 0's restarts (TP ranks restart together).
-    segs = f0["segment"].to_list()
     cmd = textgen.cmdline(s)
     info = parse_cmdline(cmd)
-    log_file = f"/var/log/{s.engine}/server.log"
-    offset = 0
-
-    def log(when: dt.datetime, line: str) -> None:
-        nonlocal offset
-        sig = logsig.match(line)
-        if sig is not None:
-            tables["log_lines"].append(
-                {
-                    "ts": when,
-                    "file": log_file,
-                    "inode": 1000 + plan.seed,
-                    "offset": offset,
-                    "text": line,
-                    "signature": sig,
-                }
-            )
-        offset += len(line.encode()) + 1
-
-    requests_total = 0.0
+    cols = {
+        c: hf[c].to_list()
+        for c in ("segment", "busy", "requests", "running", "kv", "leaked_kv", "seg_req")
+    }
+    used_cols = [f["used_mib"].to_list() for f in frames]
+    ctx_cols = [f["ctx_mib"].to_list() for f in frames]
+    latency = frames[0]["latency_s"].to_list()
+    requests_total = latency_sum = 0.0
     prev_seg = -1
     seg_start = ts[0]
-    busy_col, req_col = f0["busy"].to_list(), f0["requests"].to_list()
     for i, when in enumerate(ts):
-        seg = segs[i]
+        seg, busy, running, kv = (
+            cols["segment"][i],
+            cols["busy"][i],
+            cols["running"][i],
+            cols["kv"][i],
+        )
         pids = _pids(plan, seg)
         if seg != prev_seg:
             if prev_seg >= 0:
-                log(when, textgen.oom_line(s, when, _pids(plan, prev_seg)[0], 0, s.total_mib - 40))
-                requests_total = 0.0
+                old = _pids(plan, prev_seg)[0]
+                if s.restart_every_s:
+                    h.log(when, textgen.restart_line(s, when, old))
+                else:
+                    h.log(when, textgen.oom_line(s, when, old, 0, s.total_mib - 40))
+                requests_total = latency_sum = 0.0
             seg_start = when
             for line in textgen.startup_lines(s, when, pids[0]):
-                log(when, line)
+                h.log(when, line)
             prev_seg = seg
-        requests_total += req_col[i]
+        requests_total += cols["requests"][i]
+        latency_sum += cols["requests"][i] * latency[i]
         sec = i * STEP_S
-        running = int(round(s.req_rate * 8)) if busy_col[i] else 0
-        kv = min(0.95, 0.05 + 0.02 * running) if running else 0.0
-        if busy_col[i]:
-            log(when, textgen.batch_line(s, when, pids[0], running, 0, kv, 40.0 * running))
+        if busy:
+            tput = 40.0 * running if cols["requests"][i] else 0.0
+            h.log(when, textgen.batch_line(s, when, pids[0], running, 0, kv, tput))
+        if s.leak_check_log and i and cols["busy"][i - 1] and not busy and cols["leaked_kv"][i] > 0:
+            h.log(
+                when + dt.timedelta(seconds=5),
+                textgen.leak_check_line(s, when, cols["leaked_kv"][i]),
+            )
+        rss = 3.2e9 + cols["seg_req"][i] * s.rss_leak_mib_per_req * MIB
         if sec % SCRAPE_S == 0:
-            parsed = metrics.parse(textgen.metrics_text(s, running, 0, kv, requests_total, 3.2e9))
-            for smp in parsed.samples:
-                tables["metric_samples"].append(
-                    {
-                        "ts": when,
-                        "source": "http://127.0.0.1:30000/metrics",
-                        "name": smp.name,
-                        "labels": smp.labels,
-                        "value": smp.value,
-                    }
-                )
+            h.scrape(
+                when, textgen.metrics_text(s, running, 0, kv, requests_total, rss, latency_sum)
+            )
             for g, pid in enumerate(pids):
-                used = int(frames[g]["used_mib"][i] * MIB)
-                tables["gpu_processes"].append(
+                used = int((used_cols[g][i] - ctx_cols[g][i]) * MIB)
+                h.tables["gpu_processes"].append(
                     {
                         "ts": when,
                         "gpu_index": g,
                         "pid": pid,
                         "used_gpu_memory_bytes": max(used - 400 * MIB, 0),
-                        "vm_rss_bytes": int(3.2e9),
+                        "vm_rss_bytes": int(rss),
                         "vm_size_bytes": int(48e9),
                         "process_start": seg_start,
                     }
                 )
+            if s.ctx_leak_every_s and sec >= s.ctx_leak_every_s and sec % s.ctx_leak_every_s < 60:
+                age = sec % s.ctx_leak_every_s  # a pool worker, alive for its first minute
+                h.tables["gpu_processes"].append(
+                    {
+                        "ts": when,
+                        "gpu_index": 0,
+                        "pid": plan.pid0 + 5000 + sec // s.ctx_leak_every_s,
+                        "used_gpu_memory_bytes": int(s.ctx_mib * MIB),
+                        "vm_rss_bytes": int(1.1e9),
+                        "process_start": when - dt.timedelta(seconds=age),
+                    }
+                )
         if sec % PROCESS_EVERY_S == 0 or when == seg_start:
+            workers = sec // s.ctx_leak_every_s if s.ctx_leak_every_s else 0
             for rank, pid in enumerate(pids):
-                tables["processes"].append(
+                h.tables["processes"].append(
                     {
                         "ts": when,
                         "pid": pid,
@@ -229,13 +206,27 @@ def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -
                         "flags_json": info.flags_json(),
                     }
                 )
-        if sec % 3600 == 0:
-            run_id = f"sim-{plan.host}-{i}"
-            for src in ("nvml", "procfs", "logs", "metrics"):
-                tables["collector_runs"].append(
+                dev = 40 + (6 * workers if rank == 0 else 0)
+                h.tables["proc_maps"].append(
                     {
                         "ts": when,
-                        "run_id": run_id,
+                        "pid": pid,
+                        "nvidia_device_count": dev,
+                        "nvidia_device_bytes": dev * 2 * MIB,
+                        "nvidia_uvm_count": 2,
+                        "nvidia_uvm_bytes": 4 * MIB,
+                        "libcuda_count": 5,
+                        "libcuda_bytes": 90 * MIB,
+                        "other_count": 900,
+                        "other_bytes": int(2.5e9),
+                    }
+                )
+        if sec % 3600 == 0:
+            for src in ("nvml", "procfs", "logs", "metrics"):
+                h.tables["collector_runs"].append(
+                    {
+                        "ts": when,
+                        "run_id": f"sim-{plan.host}-{i}",
                         "collector_version": collector_version,
                         "source": src,
                         "status": "ok",
@@ -244,18 +235,7 @@ def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -
                         "finished": when,
                     }
                 )
-    writer = BucketWriter(out, plan.host)
-    counts = {}
-    for name, rows in tables.items():
-        counts[name] = len(rows)
-        # one file per table per simulated hour, as hourly batches of cron runs
-        by_hour: dict[int, list[dict[str, Any]]] = {}
-        for r in rows:
-            by_hour.setdefault(int((r["ts"] - start).total_seconds() // 3600), []).append(r)
-        for hour in sorted(by_hour):
-            writer.write(name, by_hour[hour])
-    _ = rng
-    return counts
+    return h.write(out, start)
 
 
 def plan_fleet(scenario: str, hosts: int, seed: int) -> list[HostPlan]:
@@ -277,7 +257,10 @@ def labels(plans: list[HostPlan], seed: int, hours: float) -> dict[str, Any]:
             p.host: {
                 "scenario": p.scenario.name,
                 "expect": {
-                    **{f"gpu:{g}": sorted(p.scenario.expect_gpu) for g in range(p.scenario.gpus)},
+                    **{
+                        f"gpu:{g}": sorted(p.scenario.expect_gpus.get(g, p.scenario.expect_gpu))
+                        for g in range(p.scenario.gpus)
+                    },
                     "host": sorted(p.scenario.expect_host),
                 },
                 "allow": sorted(p.scenario.allow),

@@ -29,10 +29,23 @@ class Scenario:
     leak_mib_per_req: float = 0.0
     cache_max_mib: float = 0.0  # allocator cache that fills once and stays
     cache_tau_req: float = 1500.0
+    leak_gpus: tuple[int, ...] | None = None  # GPUs that leak (None = all)
+    restart_every_s: int = 0  # scheduled restarts (0 = only after an OOM)
+    capture_mib: float = 0.0  # one-time jump at the first load (CUDA-graph capture, warmup)
+    ctx_leak_every_s: int = 0  # a short-lived worker creates a CUDA context this often
+    ctx_mib: float = 0.0  # ... whose memory stays on the GPU after it exits
+    kv_leak_per_req: float = 0.0  # KV usage (0-1) not reclaimed, per request
+    leak_check_log: bool = False  # SGLang's idle leak check prints when KV pages leak
+    rss_leak_mib_per_req: float = 0.0  # host RSS growth of the server process
+    rate_decay: float = 0.0  # request rate falls by this fraction over the trace
+    latency_s: float = 0.8  # mean end-to-end latency at rest
+    latency_pressure: float = 0.0  # latency x (1 + this x leaked share of headroom)
+    traffic: str = "cycles"  # cycles | constant | long_generation | hang
     # what the analyzer must find: per GPU ("gpu") and for the host ("host")
     expect_gpu: tuple[str, ...] = ()
     expect_host: tuple[str, ...] = ()
     allow: tuple[str, ...] = field(default=())  # may appear, need not
+    expect_gpus: dict[int, tuple[str, ...]] = field(default_factory=dict)  # per-GPU override
 
     @property
     def tp_size(self) -> int:

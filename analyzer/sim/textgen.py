@@ -95,7 +95,13 @@ def oom_line(s: Scenario, ts: dt.datetime, pid: int, gpu: int, used_mib: float) 
 
 
 def metrics_text(
-    s: Scenario, running: int, queued: int, kv: float, requests_total: float, rss: float
+    s: Scenario,
+    running: int,
+    queued: int,
+    kv: float,
+    requests_total: float,
+    rss: float,
+    latency_sum: float = 0.0,
 ) -> str:
     out: list[str] = []
     if s.engine == "sglang":
@@ -135,7 +141,11 @@ def metrics_text(
             (usage, "gauge", round(kv, 4)),
         ):
             out += [f"# TYPE {name} {typ}", f"{name}{{{labels}}} {value!r}"]
+        hist = "vllm:e2e_request_latency_seconds"
         out += [
+            f"# TYPE {hist} histogram",
+            f"{hist}_sum{{{labels}}} {round(latency_sum, 3)!r}",
+            f"{hist}_count{{{labels}}} {float(requests_total)!r}",
             "# TYPE vllm:request_success counter",
             f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="{s.model}"}} {float(requests_total)!r}',
             "# TYPE process_resident_memory_bytes gauge",
@@ -160,3 +170,20 @@ def cmdline(s: Scenario) -> str:
         f"/usr/bin/python3 /usr/local/bin/vllm serve {s.model} --gpu-memory-utilization {s.static_fraction} "
         f"--tensor-parallel-size {s.tp_size} --port 8000"
     )
+
+
+def leak_check_line(
+    s: Scenario, ts: dt.datetime, leaked_kv: float, max_tokens: int = 270331
+) -> str:
+    avail = int(max_tokens * (1 - leaked_kv))
+    return (
+        f"{sglang_prefix(ts, None)} /sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py:1326: "
+        f"UserWarning: token_to_kv_pool_allocator memory leak detected! available_size={avail}, "
+        f"protected_size=0, self.max_total_num_tokens={max_tokens}"
+    )
+
+
+def restart_line(s: Scenario, ts: dt.datetime, pid: int) -> str:
+    if s.engine == "sglang":
+        return f"{sglang_prefix(ts, None)} SIGQUIT received. signum=None, frame=None. Scheduled restart of pid {pid}."
+    return f"{vllm_prefix(ts, pid, 'launcher.py:80')} Shutting down FastAPI HTTP server (scheduled restart)."

@@ -40,10 +40,13 @@ WITH srv AS (
       AND regexp_matches(coalesce(model, ''), $vision_model_regex)
 ),
 logged AS (
-    -- the ServerArgs dump states the flag even when the cmdline was not readable
-    SELECT host, arg_max(regexp_extract(text, 'disable_fast_image_processor=(True|False)', 1), ts) AS dfip
-    FROM log_lines
-    WHERE signature = 'server_args' AND text LIKE '%disable_fast_image_processor=%'
+    -- the ServerArgs dump states the flag even when the cmdline was not readable;
+    -- image-processor messages are the weaker evidence
+    SELECT host,
+           arg_max(NOT disable_fast_image_processor, ts)
+               FILTER (WHERE event = 'server_args' AND disable_fast_image_processor IS NOT NULL) AS from_args,
+           arg_max(enabled, ts) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg
+    FROM log_events
     GROUP BY host
 ),
 growth AS (
@@ -53,9 +56,11 @@ growth AS (
 hit AS (
     SELECT s.host, arg_max(s.pid, s.last_ts) AS pid, min(s.first_ts) AS start, max(s.last_ts) AS "end",
            arg_max(s.engine_version, s.last_ts) AS engine_version, arg_max(s.model, s.last_ts) AS model,
-           CASE WHEN any_value(l.dfip) IS NOT NULL THEN 'server log (ServerArgs)'
-                WHEN bool_or(s.disable_fast_image_processor IS NOT NULL) THEN 'command line' END AS flag_source,
-           coalesce(any_value(l.dfip) = 'False', NOT bool_or(s.disable_fast_image_processor)) AS fast_on,
+           CASE WHEN any_value(l.from_args) IS NOT NULL THEN 'server log (ServerArgs)'
+                WHEN bool_or(s.disable_fast_image_processor IS NOT NULL) THEN 'command line'
+                WHEN any_value(l.from_msg) IS NOT NULL THEN 'server log (image processor message)' END AS flag_source,
+           coalesce(any_value(l.from_args), NOT bool_or(s.disable_fast_image_processor), any_value(l.from_msg))
+               AS fast_on,
            coalesce(any_value(g.mib_per_h), 0) AS mib_per_h
     FROM srv s
     LEFT JOIN logged l USING (host)
