@@ -29,6 +29,7 @@ class Scope:
     since: dt.date | None = None
     until: dt.date | None = None
     hosts: list[str] = field(default_factory=list)
+    before: dt.datetime | None = None  # only samples strictly before this instant
 
     def date_ok(self, d: dt.date) -> bool:
         return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
@@ -100,6 +101,8 @@ def open_bucket(
             if scope.until:
                 nxt = scope.until + dt.timedelta(days=1)
                 where.append(f"ts < TIMESTAMPTZ '{nxt.isoformat()} 00:00:00+00'")
+            if scope.before:
+                where.append(f"ts < TIMESTAMPTZ '{scope.before.astimezone(dt.UTC).isoformat()}'")
             cond = (" WHERE " + " AND ".join(where)) if where else ""
             sql = (
                 f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM read_parquet("

@@ -160,9 +160,10 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
         return err(
             "severity", f"unknown severity {meta['severity']!r}; use one of {', '.join(SEVERITIES)}"
         )
-    for t in meta["requires"]:
-        if t not in TABLES:
-            return err("requires", f"requires unknown table {t!r}; known: {', '.join(TABLES)}")
+    for entry in meta["requires"]:  # "a|b" = either table will do
+        for t in str(entry).split("|"):
+            if t not in TABLES:
+                return err("requires", f"requires unknown table {t!r}; known: {', '.join(TABLES)}")
     for c in meta["evidence"]:
         if not isinstance(c, str):
             return err("evidence", "evidence must list column names")

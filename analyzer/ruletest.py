@@ -37,6 +37,18 @@ GEN_DEFAULTS: dict[str, Any] = {
     "restart_every_cycles": 0,  # new pid and memory back to base every N cycles; 0 = never
     "pid": 0,  # 0 = no gpu_processes rows
     "running_busy": 8,
+    # engine metrics, emitted every 30 s when set (0 = not emitted)
+    "kv_idle": -1.0,  # KV usage at idle (sglang:token_usage); < 0 = no KV metric
+    "kv_idle_rise_per_cycle": 0.0,
+    "requests_per_cycle": 0,  # sglang:num_requests_total counter
+    "rss_mib": 0.0,  # process_resident_memory_bytes
+    "rss_growth_mib_per_cycle": 0.0,
+    "latency_s": 0.0,  # sglang:e2e_request_latency_seconds histogram (needs requests_per_cycle)
+    "latency_growth_per_cycle": 0.0,
+    # a dynamic process pool: a worker every N cycles whose context stays after it exits
+    "worker_every_cycles": 0,
+    "worker_mib": 500.0,
+    "map_growth_per_cycle": 0,  # /dev/nvidia* mappings of the main pid (needs pid)
 }
 
 
@@ -58,52 +70,63 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         raise ValueError(f"unknown [[case.gpu]] keys: {', '.join(sorted(unknown))}")
     p = {**GEN_DEFAULTS, **spec}
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    step = int(p["step_s"])
+    step, host, gpu = int(p["step_s"]), p["host"], int(p["gpu"])
     t = p["start"]
-    leak = 0.0
+    leak = orphans = requests = latency_sum = 0.0
     pid = int(p["pid"])
+    total = int(p["total_mib"]) * MIB
+
+    def metric(name: str, value: float, labels: dict[str, str] | None = None) -> None:
+        rows["metric_samples"].append({"ts": t, "host": host, "name": name, "labels": labels or {}, "value": value})
+
     for c in range(int(p["cycles"])):
         if p["restart_every_cycles"] and c and c % int(p["restart_every_cycles"]) == 0:
             leak, pid = 0.0, (pid + 1 if pid else 0)
         growing = not p["saturate_cycles"] or c < int(p["saturate_cycles"])
+        worker = bool(p["worker_every_cycles"]) and c > 0 and c % int(p["worker_every_cycles"]) == 0
         for phase, length in (("busy", int(p["busy_s"])), ("idle", int(p["idle_s"]))):
+            busy = phase == "busy"
             for k in range(0, length, step):
-                busy = phase == "busy"
                 if busy and growing:
                     leak += float(p["growth_mib_per_cycle"]) * step / max(int(p["busy_s"]), 1)
-                used = float(p["base_mib"]) + leak + (float(p["busy_extra_mib"]) if busy else 0.0)
-                total = int(p["total_mib"]) * MIB
+                alive = worker and busy and k < 60
+                if worker and busy and k == 60:
+                    orphans += float(p["worker_mib"])
+                extra = float(p["busy_extra_mib"]) if busy else 0.0
+                used = float(p["base_mib"]) + leak + orphans + extra + (float(p["worker_mib"]) if alive else 0.0)
                 u = min(int(used * MIB), total)
                 rows["gpu_samples"].append(
-                    {
-                        "ts": t,
-                        "host": p["host"],
-                        "gpu_index": int(p["gpu"]),
-                        "memory_total_bytes": total,
-                        "memory_used_bytes": u,
-                        "memory_free_bytes": total - u,
-                        "utilization_gpu_pct": 85.0 if busy else 1.0,
-                    }
+                    {"ts": t, "host": host, "gpu_index": gpu, "memory_total_bytes": total, "memory_used_bytes": u,
+                     "memory_free_bytes": total - u, "utilization_gpu_pct": 85.0 if busy else 1.0}
                 )
+                done = float(p["requests_per_cycle"]) * step / max(int(p["busy_s"]), 1) if busy else 0.0
+                requests += done
+                latency_sum += done * (float(p["latency_s"]) + c * float(p["latency_growth_per_cycle"]))
                 if k % 30 == 0:
-                    rows["metric_samples"].append(
-                        {
-                            "ts": t,
-                            "host": p["host"],
-                            "name": "sglang:num_running_reqs",
-                            "labels": {"tp_rank": str(p["gpu"])},
-                            "value": float(p["running_busy"]) if busy else 0.0,
-                        }
-                    )
+                    metric("sglang:num_running_reqs", float(p["running_busy"]) if busy else 0.0, {"tp_rank": str(gpu)})
+                    if p["kv_idle"] >= 0:
+                        kv = float(p["kv_idle"]) + c * float(p["kv_idle_rise_per_cycle"]) + (0.3 if busy else 0.0)
+                        metric("sglang:token_usage", min(kv, 1.0), {"tp_rank": str(gpu)})
+                    if p["requests_per_cycle"]:
+                        metric("sglang:num_requests_total", requests)
+                    if p["latency_s"]:
+                        metric("sglang:e2e_request_latency_seconds_sum", latency_sum)
+                        metric("sglang:e2e_request_latency_seconds_count", requests)
+                    if p["rss_mib"]:
+                        rss = (float(p["rss_mib"]) + c * float(p["rss_growth_mib_per_cycle"])) * MIB
+                        metric("process_resident_memory_bytes", rss)
                     if pid:
+                        own = u - int((orphans + (float(p["worker_mib"]) if alive else 0.0)) * MIB)
                         rows["gpu_processes"].append(
-                            {
-                                "ts": t,
-                                "host": p["host"],
-                                "gpu_index": int(p["gpu"]),
-                                "pid": pid,
-                                "used_gpu_memory_bytes": u,
-                            }
+                            {"ts": t, "host": host, "gpu_index": gpu, "pid": pid, "used_gpu_memory_bytes": own}
+                        )
+                        if p["map_growth_per_cycle"] and k == 0:
+                            n = 40 + c * int(p["map_growth_per_cycle"])
+                            rows["proc_maps"].append({"ts": t, "host": host, "pid": pid, "nvidia_device_count": n})
+                    if alive:
+                        rows["gpu_processes"].append(
+                            {"ts": t, "host": host, "gpu_index": gpu, "pid": 90000 + c,
+                             "used_gpu_memory_bytes": int(float(p["worker_mib"]) * MIB)}
                         )
                 t = t + dt.timedelta(seconds=step)
     return rows

@@ -140,7 +140,7 @@ def analyze(
                 if not rule.enabled:
                     st.status, st.reason = "skipped", "disabled in its metadata"
                     continue
-                absent = [t for t in rule.requires if not files.get(t)]
+                absent = [t for t in rule.requires if not any(files.get(x) for x in t.split("|"))]
                 if absent:
                     st.status, st.reason = "skipped", f"no data in table(s) {', '.join(absent)}"
                     continue

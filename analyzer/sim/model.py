@@ -108,7 +108,7 @@ def gpu_frame(s: Scenario, host: pl.DataFrame, gpu: int, seed: int) -> pl.DataFr
     starting = pl.col("since_start") < STARTUP_S
     ramp = (pl.col("since_start") / STARTUP_S).clip(0.0, 1.0)
     cache = s.cache_max_mib * (1 - (-pl.col("seg_req") / s.cache_tau_req).exp())
-    capture = pl.when(pl.col("seg_req") > 0).then(s.capture_mib).otherwise(0.0)
+    capture = pl.when(pl.col("seg_req") > s.capture_after_req).then(s.capture_mib).otherwise(0.0)
     working = (
         pl.when(pl.col("busy") & ~pl.col("hung"))
         .then(s.working_mib * (0.85 + 0.05 * pl.col("zg")))

@@ -6,7 +6,8 @@ category    = "leak.gpu"
 severity    = "warning"
 requires    = ["gpu_samples"]
 evidence    = ["segments", "idle_windows", "first_idle_mib", "last_idle_mib", "growth_mib",
-               "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "up_fraction", "total_mib"]
+               "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "mib_per_1k_requests", "up_fraction",
+               "total_mib"]
 description = """
 Compares the GPU's memory at successive idle windows (GPU near idle, no running
 requests, for at least 30 s), per server process lifetime. Memory that is still
@@ -53,6 +54,7 @@ SELECT
     round(arg_max(early_growth_bytes, growth_bytes) / 1048576, 1) AS early_growth_mib,
     round(arg_max(late_growth_bytes, growth_bytes) / 1048576, 1) AS late_growth_mib,
     round(median(slope_bps) * 3600 / 1048576, 1) AS rate_mib_per_h,
+    round(sum(growth_bytes) / 1048576 / nullif(sum(requests) / 1000, 0), 2) AS mib_per_1k_requests,
     round(min(up_fraction), 2) AS up_fraction,
     round(max(total) / 1048576, 0) AS total_mib,
     format('GPU {} on {} leaks about {:.0f} MiB/h: idle memory rose {:.0f} MiB over {} idle windows '

@@ -1,0 +1,76 @@
+/*---
+id          = "CC001"
+name        = "cuda_context.orphaned_memory"
+title       = "GPU memory held by processes that no longer exist (CUDA contexts)"
+category    = "leak.cuda_context"
+severity    = "warning"
+requires    = ["gpu_samples", "gpu_processes"]
+evidence    = ["unattributed_first_mib", "unattributed_last_mib", "growth_mib", "short_lived_pids", "map_growth", "parent_pid"]
+description = """
+Device memory that no running process accounts for (NVML's used memory minus
+the sum of its processes) grows by at least $min_growth_mib MiB, together with
+a dynamic process pool: at least $min_short_lived GPU processes that lived less
+than $short_lived_minutes minutes, or a server process whose /dev/nvidia*
+mappings grew by $min_map_growth or more. Each CUDA context costs memory; a
+context whose owner exited without tearing it down stays on the GPU.
+"""
+remediation = """
+Reuse worker processes instead of spawning one per task, make workers release
+CUDA before they exit (torch.cuda.empty_cache(), destroy process groups, exit
+cleanly rather than being killed), and check for zombie processes still
+holding /dev/nvidia* open (fuser -v /dev/nvidia*). Restarting the parent frees
+the memory.
+"""
+references  = []
+[params]
+min_growth_mib = 1024
+min_short_lived = 5
+short_lived_minutes = 10
+min_map_growth = 20
+---*/
+WITH procs AS (
+    SELECT host, gpu_index, ts, sum(used_gpu_memory_bytes) AS proc_used
+    FROM gpu_processes WHERE gpu_index IS NOT NULL AND used_gpu_memory_bytes IS NOT NULL
+    GROUP BY ALL
+),
+unattributed AS (
+    SELECT p.host, p.gpu_index, p.ts, g.used_avg - p.proc_used AS orphan,
+           ntile(4) OVER (PARTITION BY p.host, p.gpu_index ORDER BY p.ts) AS quarter
+    FROM procs p
+    ASOF JOIN gpu_buckets g ON g.host = p.host AND g.gpu_index = p.gpu_index AND p.ts >= g.b
+),
+growth AS (
+    SELECT host, gpu_index, min(ts) AS start, max(ts) AS "end",
+           median(orphan) FILTER (WHERE quarter = 1) AS first_orphan,
+           median(orphan) FILTER (WHERE quarter = 4) AS last_orphan
+    FROM unattributed GROUP BY ALL
+),
+short AS (
+    SELECT host, gpu_index, count(*) AS short_lived
+    FROM gpu_lifetimes
+    WHERE epoch(last_ts) - epoch(first_ts) < $short_lived_minutes * 60
+    GROUP BY ALL
+),
+maps AS (
+    SELECT host, arg_max(pid, last_n - first_n) AS parent_pid, max(last_n - first_n) AS map_growth
+    FROM (SELECT host, pid, arg_min(nvidia_device_count, ts) AS first_n, arg_max(nvidia_device_count, ts) AS last_n
+          FROM proc_maps WHERE nvidia_device_count IS NOT NULL GROUP BY ALL)
+    GROUP BY host
+)
+SELECT g.host, g.gpu_index AS gpu, m.parent_pid AS pid, g.start, g."end",
+       round(g.first_orphan / 1048576, 0) AS unattributed_first_mib,
+       round(g.last_orphan / 1048576, 0) AS unattributed_last_mib,
+       round((g.last_orphan - g.first_orphan) / 1048576, 0) AS growth_mib,
+       coalesce(s.short_lived, 0) AS short_lived_pids, coalesce(m.map_growth, 0) AS map_growth,
+       m.parent_pid,
+       format('GPU {} on {}: {:.0f} MiB more memory is held by no running process ({} short-lived GPU processes{}): leaked CUDA contexts.',
+              g.gpu_index, g.host, (g.last_orphan - g.first_orphan) / 1048576, coalesce(s.short_lived, 0),
+              CASE WHEN coalesce(m.map_growth, 0) > 0
+                   THEN format(', /dev/nvidia* mappings of pid {} +{}', m.parent_pid, m.map_growth) ELSE '' END)
+           AS summary
+FROM growth g
+LEFT JOIN short s USING (host, gpu_index)
+LEFT JOIN maps m USING (host)
+WHERE g.last_orphan - g.first_orphan >= $min_growth_mib * 1048576.0
+  AND (coalesce(s.short_lived, 0) >= $min_short_lived OR coalesce(m.map_growth, 0) >= $min_map_growth)
+ORDER BY g.host, g.gpu_index

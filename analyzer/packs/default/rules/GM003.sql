@@ -1,0 +1,49 @@
+/*---
+id          = "GM003"
+name        = "gpu_memory.leak_outside_kv"
+title       = "The leak is outside the KV cache"
+category    = "leak.gpu"
+severity    = "warning"
+requires    = ["gpu_samples"]
+evidence    = ["growth_mib", "first_idle_kv", "last_idle_kv", "kv_change", "idle_windows"]
+description = """
+Device memory grows across idle windows (as in GM001) while the engine's
+KV-cache usage at those idle windows stays flat (change below $max_kv_change of
+the pool). The KV pool is allocated up front and is not where the memory goes:
+look at what runs outside it, such as image preprocessing and vision-encoder
+buffers, or tensors held by Python references.
+"""
+remediation = """
+For SGLang vision models on <= 0.4.9.post6, the fast image processor keeps GPU
+buffers: --disable-fast-image-processor (costs ~50 ms per image). A periodic
+gc.collect() stopping the growth of torch.cuda.memory_allocated() points at
+Python reference cycles; torch.cuda.empty_cache() stopping memory_reserved()
+growth points at allocator cache.
+"""
+references  = ["https://github.com/sgl-project/sglang/issues/8902", "https://github.com/sgl-project/sglang/issues/9365"]
+[params]
+min_growth_mib = 256
+min_windows = 4
+min_late_fraction = 0.35
+min_up_fraction = 0.6
+max_kv_change = 0.02
+---*/
+SELECT host, gpu_index AS gpu, arg_max(nullif(segment, 0), last_end) AS pid, min(first_start) AS start, max(last_end) AS "end",
+       round(max(growth_bytes) / 1048576, 0) AS growth_mib,
+       round(arg_max(first_kv_idle, growth_bytes), 4) AS first_idle_kv,
+       round(arg_max(last_kv_idle, growth_bytes), 4) AS last_idle_kv,
+       round(max(abs(last_kv_idle - first_kv_idle)), 4) AS kv_change,
+       sum(n) AS idle_windows,
+       format('GPU {} on {}: memory grew {:.0f} MiB across idle windows while KV-cache usage stayed at {:.1f} %: '
+              'the leak is outside the KV cache.',
+              gpu_index, host, max(growth_bytes) / 1048576, 100 * arg_max(last_kv_idle, growth_bytes)) AS summary
+FROM idle_trend
+WHERE n >= $min_windows
+  AND growth_bytes >= $min_growth_mib * 1048576.0
+  AND late_growth_bytes > 0
+  AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
+  AND up_fraction >= $min_up_fraction
+  AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL
+GROUP BY host, gpu_index
+HAVING max(abs(last_kv_idle - first_kv_idle)) < $max_kv_change
+ORDER BY host, gpu_index

@@ -1,0 +1,74 @@
+/*---
+id          = "HR001"
+name        = "host_memory.rss_growth"
+title       = "Host memory (RSS) of the server process keeps growing"
+category    = "leak.host_rss"
+severity    = "warning"
+requires    = ["gpu_processes|metric_samples"]
+evidence    = ["first_rss_mib", "last_rss_mib", "growth_mib", "late_growth_mib", "rate_mib_per_h", "early_req_per_s", "late_req_per_s", "source"]
+description = """
+Resident memory of a server process (VmRSS from /proc, or the server's own
+process_resident_memory_bytes) compared across the quarters of its lifetime:
+growth of at least $min_growth_mib MiB that is still going on in the last
+quarter, while the request rate is flat or falling, is a host-memory leak
+rather than more work.
+"""
+remediation = """
+Host-RAM leaks in vLLM (>= 0.7) serving vision-language models (Qwen2-VL) are
+known (vllm issues #15597, #15085, #22736): upgrade, and restart on a schedule
+shorter than the time the host has left. Watch the host's available memory:
+the kernel OOM killer ends the server without a Python traceback.
+"""
+references  = ["https://github.com/vllm-project/vllm/issues/15597", "https://github.com/vllm-project/vllm/issues/22736"]
+[params]
+min_growth_mib = 512
+min_late_fraction = 0.1   # last-quarter growth at least this share of the total
+max_rate_rise = 1.1       # late request rate at most this multiple of the early rate
+min_samples = 8
+---*/
+WITH rss AS (
+    SELECT host, pid, ts, vm_rss_bytes AS rss, 'procfs' AS source FROM gpu_processes WHERE vm_rss_bytes IS NOT NULL
+    UNION ALL
+    SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
+),
+q AS (
+    SELECT *, ntile(4) OVER (PARTITION BY host, pid, source ORDER BY ts) AS quarter,
+           count(*) OVER (PARTITION BY host, pid, source) AS n
+    FROM rss
+),
+life AS (
+    SELECT host, pid, source, min(ts) AS start, max(ts) AS "end", max(n) AS n,
+           median(rss) FILTER (WHERE quarter = 1) AS q1, median(rss) FILTER (WHERE quarter = 3) AS q3,
+           median(rss) FILTER (WHERE quarter = 4) AS q4
+    FROM q GROUP BY ALL
+),
+rate AS (
+    SELECT l.host, l.pid, l.source,
+           (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
+              FROM requests r WHERE r.host = l.host AND r.ts >= l.start
+               AND r.ts < l.start + (l."end" - l.start) / 2) AS early,
+           (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
+              FROM requests r WHERE r.host = l.host AND r.ts >= l.start + (l."end" - l.start) / 2
+               AND r.ts <= l."end") AS late
+    FROM life l
+),
+hits AS (
+    SELECT l.*, r.early, r.late, (l.q4 - l.q1) AS growth, (l.q4 - l.q3) AS late_growth,
+           row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC) AS pick
+    FROM life l JOIN rate r USING (host, pid, source)
+    WHERE l.n >= $min_samples
+      AND l.q4 - l.q1 >= $min_growth_mib * 1048576.0
+      AND l.q4 - l.q3 >= $min_late_fraction * (l.q4 - l.q1)
+      AND (r.early IS NULL OR r.late IS NULL OR r.late <= $max_rate_rise * r.early)
+)
+SELECT host, NULL AS gpu, nullif(pid, 0) AS pid, start, "end",
+       round(q1 / 1048576, 0) AS first_rss_mib, round(q4 / 1048576, 0) AS last_rss_mib,
+       round(growth / 1048576, 0) AS growth_mib, round(late_growth / 1048576, 0) AS late_growth_mib,
+       round(growth / 1048576 / greatest((epoch("end") - epoch(start)) * 0.75 / 3600, 0.01), 1) AS rate_mib_per_h,
+       round(early, 3) AS early_req_per_s, round(late, 3) AS late_req_per_s, source,
+       format('Server process on {} grew its host memory by {:.0f} MiB (to {:.0f} MiB) while requests went from {} to {} per second.',
+              host, growth / 1048576, q4 / 1048576,
+              coalesce(format('{:.2f}', early), '?'), coalesce(format('{:.2f}', late), '?')) AS summary
+FROM hits
+WHERE pick = 1
+ORDER BY host

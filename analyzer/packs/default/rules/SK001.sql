@@ -1,0 +1,49 @@
+/*---
+id          = "SK001"
+name        = "skew.one_rank_grows"
+title       = "One tensor-parallel rank grows while the others stay flat"
+category    = "skew.rank"
+severity    = "warning"
+requires    = ["gpu_samples"]
+evidence    = ["rank_gpu", "growth_mib", "others_median_growth_mib", "gpus"]
+description = """
+On a host with several GPUs, one GPU's idle-window memory grew by at least
+$min_growth_mib MiB while the median growth of the others stayed below
+$max_others_fraction of it. Tensor-parallel ranks hold mirrored state, so
+growth on one rank only points at work done on that rank alone: the
+multimodal encoder or image preprocessing on rank 0, or an extra process on
+that GPU.
+"""
+remediation = """
+Look at the processes on that GPU (an extra PID is a common cause: a
+tokenizer, encoder or detokenizer process that initialised CUDA on it). For
+SGLang VLMs, --disable-fast-image-processor moves image preprocessing off GPU
+0; keep auxiliary processes off the ranks' GPUs (CUDA_VISIBLE_DEVICES).
+"""
+references  = ["https://github.com/sgl-project/sglang/issues/15871", "https://github.com/sgl-project/sglang/issues/6082"]
+[params]
+min_growth_mib = 512
+max_others_fraction = 0.2
+---*/
+WITH per_gpu AS (
+    SELECT host, gpu_index, max(growth_bytes) AS growth, min(first_start) AS start, max(last_end) AS "end"
+    FROM idle_trend WHERE n >= 3 GROUP BY ALL
+),
+ranked AS (
+    SELECT *, count(*) OVER (PARTITION BY host) AS gpus,
+           row_number() OVER (PARTITION BY host ORDER BY growth DESC, gpu_index) AS r
+    FROM per_gpu
+),
+others AS (
+    SELECT host, median(growth) AS others_growth FROM ranked WHERE r > 1 GROUP BY host
+)
+SELECT t.host, NULL AS gpu, NULL AS pid, t.start, t."end",
+       t.gpu_index AS rank_gpu, round(t.growth / 1048576, 0) AS growth_mib,
+       round(o.others_growth / 1048576, 0) AS others_median_growth_mib, t.gpus,
+       format('On {}, GPU {} grew {:.0f} MiB across idle windows while the other {} GPUs grew {:.0f} MiB (median).',
+              t.host, t.gpu_index, t.growth / 1048576, t.gpus - 1, o.others_growth / 1048576) AS summary
+FROM ranked t JOIN others o USING (host)
+WHERE t.r = 1 AND t.gpus >= 2
+  AND t.growth >= $min_growth_mib * 1048576.0
+  AND greatest(o.others_growth, 0) <= $max_others_fraction * t.growth
+ORDER BY t.host
