@@ -7,7 +7,7 @@ DEMO_HOSTS ?= 8
 DEMO_HOURS ?= 6
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint gold bench clean
+.PHONY: help install demo test lint gold eval bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ lint: install ## ruff and mypy
 	$(VENV)/bin/ruff check collector analyzer reports tests
 	$(VENV)/bin/ruff format --check collector analyzer reports tests
 	$(VENV)/bin/mypy
+
+eval: install ## score the analyzer on the labelled scenario suite (out/eval/eval.md)
+	$(VENV)/bin/leakreport eval --out $(OUT)/eval
 
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py

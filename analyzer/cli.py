@@ -7,6 +7,7 @@ Heavy modules are imported inside the commands that need them.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sys
 from pathlib import Path
@@ -329,6 +330,50 @@ def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
     click.echo(f"{total - failed} passed, {failed} failed")
     errors = sum(len(p.errors) for p in loaded)
     sys.exit(exitcodes.ERROR if failed or errors or total == 0 else exitcodes.OK)
+
+
+@cli.command("eval")
+@click.option(
+    "--out", "out_dir", default="out/eval", show_default=True, type=click.Path(file_okay=False)
+)
+@click.option("--hosts-per-scenario", default=1, show_default=True, type=click.IntRange(1, 100))
+@click.option("--hours", default=6.0, show_default=True, type=click.FloatRange(0.5, 168))
+@click.option("--seed", default=11, show_default=True, type=int)
+@click.option(
+    "--step-minutes",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 600),
+    help="Prefix step for the time-to-detection analysis.",
+)
+def eval_cmd(
+    out_dir: str, hosts_per_scenario: int, hours: float, seed: int, step_minutes: int
+) -> None:
+    """Score the analyzer on the labelled scenario suite (confusion table, time to detection).
+
+    Writes eval.json and eval.md into --out; exits 1 when a target is missed.
+    """
+    import shutil
+
+    from analyzer.evaluate import markdown, run_eval
+
+    out = Path(out_dir)
+    if (out / "bucket").exists():
+        shutil.rmtree(out / "bucket")
+    out.mkdir(parents=True, exist_ok=True)
+    res = run_eval(
+        out,
+        hosts_per_scenario=hosts_per_scenario,
+        hours=hours,
+        seed=seed,
+        step_min=step_minutes,
+        progress=_err,
+    )
+    _write_out(json.dumps(res.to_dict(), indent=2) + "\n", str(out / "eval.json"))
+    md = markdown(res)
+    _write_out(md, str(out / "eval.md"))
+    click.echo(md)
+    sys.exit(exitcodes.OK if res.targets_met() else exitcodes.FINDINGS)
 
 
 @cli.group()

@@ -77,7 +77,9 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     total = int(p["total_mib"]) * MIB
 
     def metric(name: str, value: float, labels: dict[str, str] | None = None) -> None:
-        rows["metric_samples"].append({"ts": t, "host": host, "name": name, "labels": labels or {}, "value": value})
+        rows["metric_samples"].append(
+            {"ts": t, "host": host, "name": name, "labels": labels or {}, "value": value}
+        )
 
     for c in range(int(p["cycles"])):
         if p["restart_every_cycles"] and c and c % int(p["restart_every_cycles"]) == 0:
@@ -93,19 +95,46 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 if worker and busy and k == 60:
                     orphans += float(p["worker_mib"])
                 extra = float(p["busy_extra_mib"]) if busy else 0.0
-                used = float(p["base_mib"]) + leak + orphans + extra + (float(p["worker_mib"]) if alive else 0.0)
+                used = (
+                    float(p["base_mib"])
+                    + leak
+                    + orphans
+                    + extra
+                    + (float(p["worker_mib"]) if alive else 0.0)
+                )
                 u = min(int(used * MIB), total)
                 rows["gpu_samples"].append(
-                    {"ts": t, "host": host, "gpu_index": gpu, "memory_total_bytes": total, "memory_used_bytes": u,
-                     "memory_free_bytes": total - u, "utilization_gpu_pct": 85.0 if busy else 1.0}
+                    {
+                        "ts": t,
+                        "host": host,
+                        "gpu_index": gpu,
+                        "memory_total_bytes": total,
+                        "memory_used_bytes": u,
+                        "memory_free_bytes": total - u,
+                        "utilization_gpu_pct": 85.0 if busy else 1.0,
+                    }
                 )
-                done = float(p["requests_per_cycle"]) * step / max(int(p["busy_s"]), 1) if busy else 0.0
+                done = (
+                    float(p["requests_per_cycle"]) * step / max(int(p["busy_s"]), 1)
+                    if busy
+                    else 0.0
+                )
                 requests += done
-                latency_sum += done * (float(p["latency_s"]) + c * float(p["latency_growth_per_cycle"]))
+                latency_sum += done * (
+                    float(p["latency_s"]) + c * float(p["latency_growth_per_cycle"])
+                )
                 if k % 30 == 0:
-                    metric("sglang:num_running_reqs", float(p["running_busy"]) if busy else 0.0, {"tp_rank": str(gpu)})
+                    metric(
+                        "sglang:num_running_reqs",
+                        float(p["running_busy"]) if busy else 0.0,
+                        {"tp_rank": str(gpu)},
+                    )
                     if p["kv_idle"] >= 0:
-                        kv = float(p["kv_idle"]) + c * float(p["kv_idle_rise_per_cycle"]) + (0.3 if busy else 0.0)
+                        kv = (
+                            float(p["kv_idle"])
+                            + c * float(p["kv_idle_rise_per_cycle"])
+                            + (0.3 if busy else 0.0)
+                        )
                         metric("sglang:token_usage", min(kv, 1.0), {"tp_rank": str(gpu)})
                     if p["requests_per_cycle"]:
                         metric("sglang:num_requests_total", requests)
@@ -118,15 +147,28 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                     if pid:
                         own = u - int((orphans + (float(p["worker_mib"]) if alive else 0.0)) * MIB)
                         rows["gpu_processes"].append(
-                            {"ts": t, "host": host, "gpu_index": gpu, "pid": pid, "used_gpu_memory_bytes": own}
+                            {
+                                "ts": t,
+                                "host": host,
+                                "gpu_index": gpu,
+                                "pid": pid,
+                                "used_gpu_memory_bytes": own,
+                            }
                         )
                         if p["map_growth_per_cycle"] and k == 0:
                             n = 40 + c * int(p["map_growth_per_cycle"])
-                            rows["proc_maps"].append({"ts": t, "host": host, "pid": pid, "nvidia_device_count": n})
+                            rows["proc_maps"].append(
+                                {"ts": t, "host": host, "pid": pid, "nvidia_device_count": n}
+                            )
                     if alive:
                         rows["gpu_processes"].append(
-                            {"ts": t, "host": host, "gpu_index": gpu, "pid": 90000 + c,
-                             "used_gpu_memory_bytes": int(float(p["worker_mib"]) * MIB)}
+                            {
+                                "ts": t,
+                                "host": host,
+                                "gpu_index": gpu,
+                                "pid": 90000 + c,
+                                "used_gpu_memory_bytes": int(float(p["worker_mib"]) * MIB),
+                            }
                         )
                 t = t + dt.timedelta(seconds=step)
     return rows

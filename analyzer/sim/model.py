@@ -147,3 +147,29 @@ def gpu_frame(s: Scenario, host: pl.DataFrame, gpu: int, seed: int) -> pl.DataFr
         latency.alias("latency_s"),
         contexts.alias("ctx_mib"),
     )
+
+
+def exhaustion_s(s: Scenario, hours: float, seed: int) -> float | None:
+    """Ground truth: seconds from the start until the leak exhausts what it eats
+    (GPU headroom, KV pool, host RAM), ignoring restarts; extrapolated linearly
+    past the end of the trace. None when the scenario does not leak."""
+    hf = host_frame(s, hours, seed)
+    t_end = float(hf["t"].cast(pl.Float64).max() or 0.0) + STEP_S  # type: ignore[arg-type]
+    budgets = []  # in requests
+    if s.leak_mib_per_req:
+        budgets.append(headroom_mib(s) / s.leak_mib_per_req)
+    if s.kv_leak_per_req:
+        budgets.append(0.9 / s.kv_leak_per_req)
+    if s.rss_leak_mib_per_req:
+        budgets.append((s.host_ram_mib - 3.2e9 / 2**20) / s.rss_leak_mib_per_req)
+    times = []
+    if budgets:
+        budget = min(budgets)
+        reached = hf.filter(pl.col("cum_req") >= budget)
+        total = float(hf["cum_req"].max() or 0.0)  # type: ignore[arg-type]
+        times.append(
+            float(reached["t"][0]) if reached.height else t_end * budget / max(total, 1e-9)
+        )
+    if s.ctx_leak_every_s and s.ctx_mib:
+        times.append(headroom_mib(s) / s.ctx_mib * s.ctx_leak_every_s)
+    return min(times) if times else None

@@ -38,6 +38,7 @@ class Scenario:
     kv_leak_per_req: float = 0.0  # KV usage (0-1) not reclaimed, per request
     leak_check_log: bool = False  # SGLang's idle leak check prints when KV pages leak
     rss_leak_mib_per_req: float = 0.0  # host RSS growth of the server process
+    host_ram_mib: int = 262144  # the host's memory (for the host-RSS leak's horizon)
     rate_decay: float = 0.0  # request rate falls by this fraction over the trace
     latency_s: float = 0.8  # mean end-to-end latency at rest
     latency_pressure: float = 0.0  # latency x (1 + this x leaked share of headroom)

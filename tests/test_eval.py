@@ -1,0 +1,37 @@
+"""The scenario suite's targets, as `make eval` reports them (as in make eval)."""
+
+from __future__ import annotations
+
+import copy
+
+from analyzer.evaluate import TARGET_SHARE, markdown, run_eval, score
+
+
+def test_suite_meets_its_targets(tmp_path) -> None:
+    res = run_eval(tmp_path, hosts_per_scenario=1, hours=6, seed=11, step_min=10)
+    assert res.misses == 0, res.mismatches
+    assert res.leak_false_positives == 0, res.mismatches
+    assert res.detections and all(
+        d.share is not None and d.share <= TARGET_SHARE for d in res.detections
+    )
+    assert {d.scenario for d in res.detections} >= {
+        "fast-image-processor-leak",
+        "kv-pool-leak",
+        "rank-skew",
+    }
+    md = markdown(res)
+    assert "| leak.gpu |" in md and "Targets met: True" in md
+
+
+def test_score_counts_misses_and_false_positives(sim_bucket, sim_doc) -> None:
+    _, labels = sim_bucket
+    confusion, mismatches = score(sim_doc, labels)
+    assert not mismatches
+    broken = copy.deepcopy(labels)
+    broken["hosts"]["healthy-static-00"]["expect"]["gpu:0"] = ["leak.gpu"]  # a miss
+    broken["hosts"]["fast-image-processor-leak-00"]["expect"]["gpu:0"].remove(
+        "oom.forecast"
+    )  # now an FP
+    confusion, mismatches = score(sim_doc, broken)
+    assert confusion["leak.gpu"]["fn"] == 1 and confusion["oom.forecast"]["fp"] == 1
+    assert len(mismatches) == 2
