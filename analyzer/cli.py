@@ -221,9 +221,19 @@ def _exit_for(doc: Any, fail_on: str) -> int:
 @click.argument("bucket", type=click.Path())
 @_common
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (the findings document), markdown for a chat message or ticket.",
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="Write output here instead of stdout.")
+@click.option(
+    "--textfile",
+    type=click.Path(dir_okay=False),
+    help="Also write Prometheus textfile-collector metrics (*.prom, atomically) for node_exporter.",
+)
 @click.option(
     "--fail-on",
     type=click.Choice(FAIL_ON),
@@ -241,12 +251,26 @@ def analyze(
     params: tuple[str, ...],
     fmt: str,
     out: str | None,
+    textfile: str | None,
     fail_on: str,
     quiet: bool,
 ) -> None:
     """Run the rule packs over BUCKET and print the findings."""
+    from analyzer import outputs
+
     doc = _run_analysis(bucket, since, until, hosts, packs, params, quiet)
-    _write_out(doc.to_json() if fmt == "json" else _table(doc), out)
+    if fmt == "json":
+        text = doc.to_json()
+    elif fmt == "markdown":
+        text = outputs.markdown(doc)
+    else:
+        text = _table(doc)
+    _write_out(text, out)
+    if textfile:
+        try:
+            outputs.write_atomic(textfile, outputs.textfile(doc))
+        except (OSError, ValueError) as e:
+            _die(f"--textfile: {e}")
     sys.exit(_exit_for(doc, fail_on))
 
 

@@ -108,3 +108,41 @@ def test_rules_test_command_runs_the_pack_cases() -> None:
     r = leakreport("rules", "test")
     assert r.returncode == 0, r.stdout
     assert " 0 failed" in r.stdout
+
+
+def test_markdown_and_textfile_outputs(sim_bucket, tmp_path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prom = tmp_path / "node" / "leakreport.prom"
+    r = leakreport(
+        "analyze",
+        str(sim_bucket[0]),
+        "-q",
+        "--format",
+        "markdown",
+        "--textfile",
+        str(prom),
+        "--fail-on",
+        "never",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("**leakreport**:") and "`GM001`" in r.stdout
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    rates = {s.labels["host"]: s.value for s in fams["leakreport_leak_rate_bytes_per_hour"].samples}
+    assert rates["fast-image-processor-leak-00"] > 1e9  # ~2 GiB/h
+    assert "healthy-static-00" not in rates
+    ttl = fams["leakreport_time_to_oom_seconds"].samples
+    assert any(
+        s.labels["host"] == "fast-image-processor-leak-00" and s.value < 4 * 3600 for s in ttl
+    )
+    assert not list(prom.parent.glob(".*tmp"))
+    bad = leakreport(
+        "analyze",
+        str(sim_bucket[0]),
+        "-q",
+        "--textfile",
+        str(tmp_path / "x.txt"),
+        "--fail-on",
+        "never",
+    )
+    assert bad.returncode == exitcodes.ERROR and "*.prom" in bad.stderr

@@ -1,0 +1,94 @@
+"""Machine outputs of a findings document: Markdown for chat/tickets, and
+Prometheus textfile-collector metrics for node_exporter (written atomically)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from analyzer.categories import CATEGORIES, SEVERITIES
+from analyzer.findings import FindingsDocument
+
+PREFIX = "leakreport"
+
+
+def markdown(doc: FindingsDocument, limit: int = 20) -> str:
+    counts = {s: sum(1 for f in doc.findings if f.severity == s) for s in reversed(SEVERITIES)}
+    head = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
+    lines = [
+        f"**leakreport**: {head} over {len(doc.hosts)} hosts "
+        f"({doc.run.data_start or '?'} to {doc.run.data_end or '?'})",
+        "",
+    ]
+    for f in doc.findings[:limit]:
+        where = f.host + (f" GPU {f.gpu}" if f.gpu is not None else "")
+        lines.append(
+            f"- **{f.severity}** `{f.rule_id}` {CATEGORIES[f.category]} on {where}: {f.summary}"
+        )
+    if len(doc.findings) > limit:
+        lines.append(f"- ... and {len(doc.findings) - limit} more")
+    broken = [r for r in doc.run.rules if r.status == "errored"]
+    if broken:
+        lines += ["", "Rules that errored: " + ", ".join(f"`{r.rule_id}`" for r in broken)]
+    return "\n".join(lines) + "\n"
+
+
+def _label(v: object) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def textfile(doc: FindingsDocument) -> str:
+    """Prometheus exposition text: per host/GPU leak rate and time to OOM, findings by severity."""
+    out = [
+        f"# HELP {PREFIX}_findings Findings of the last analysis by host, severity and category.",
+        f"# TYPE {PREFIX}_findings gauge",
+    ]
+    per: dict[tuple[str, str, str], int] = {}
+    for f in doc.findings:
+        key = (f.host, f.severity, f.category)
+        per[key] = per.get(key, 0) + 1
+    for (host, sev, cat), n in sorted(per.items()):
+        out.append(
+            f'{PREFIX}_findings{{host="{_label(host)}",severity="{sev}",category="{cat}"}} {n}'
+        )
+    out += [
+        f"# HELP {PREFIX}_leak_rate_bytes_per_hour GPU memory leak rate across idle windows.",
+        f"# TYPE {PREFIX}_leak_rate_bytes_per_hour gauge",
+    ]
+    for f in doc.findings:
+        rate = f.evidence.get("rate_mib_per_h")
+        if f.rule_id == "GM001" and isinstance(rate, (int, float)):
+            out.append(
+                f'{PREFIX}_leak_rate_bytes_per_hour{{host="{_label(f.host)}",gpu="{f.gpu}"}} {rate * 2**20:.0f}'
+            )
+    out += [
+        f"# HELP {PREFIX}_time_to_oom_seconds Forecast time until the GPU runs out of memory.",
+        f"# TYPE {PREFIX}_time_to_oom_seconds gauge",
+    ]
+    for f in doc.findings:
+        hours = f.evidence.get("hours_to_oom")
+        if f.category == "oom.forecast" and isinstance(hours, (int, float)):
+            out.append(
+                f'{PREFIX}_time_to_oom_seconds{{host="{_label(f.host)}",gpu="{f.gpu}"}} {hours * 3600:.0f}'
+            )
+    out += [
+        f"# HELP {PREFIX}_rules Rules of the last analysis by status.",
+        f"# TYPE {PREFIX}_rules gauge",
+    ]
+    for status in ("passed", "failed", "skipped", "errored"):
+        out.append(
+            f'{PREFIX}_rules{{status="{status}"}} {sum(1 for r in doc.run.rules if r.status == status)}'
+        )
+    return "\n".join(out) + "\n"
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    p = Path(path)
+    if not re.search(r"\.prom$", p.name):
+        raise ValueError(f"{p}: node_exporter's textfile collector reads only *.prom files")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+    return p
