@@ -138,6 +138,9 @@ def _run_analysis(
     pack_dirs: tuple[str, ...],
     params: tuple[str, ...],
     quiet: bool = False,
+    executor: str = "local",
+    scheduler: str | None = None,
+    workers: int = 2,
 ) -> Any:
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import parse_param_overrides
@@ -159,15 +162,26 @@ def _run_analysis(
                 _die(
                     f"--param: rule {rule_id} has no parameter {k!r} (it has: {', '.join(known[rule_id].params)})"
                 )
+    scope = Scope(since, until, list(hosts))
     try:
+        if executor == "dask":
+            from analyzer.fanout import analyze_fanout, dask_executor
+
+            if not Path(bucket).is_dir():
+                raise BucketError(f"{bucket}: no such bucket folder")
+            pool, closer = dask_executor(scheduler, workers)
+            try:
+                if not quiet:
+                    _err(
+                        f"fanning out per host on Dask ({scheduler or f'local cluster, {workers} workers'})"
+                    )
+                return analyze_fanout(bucket, packs, pool, scope=scope, overrides=overrides)
+            finally:
+                closer.close()
         return run(
-            bucket,
-            packs,
-            scope=Scope(since, until, list(hosts)),
-            overrides=overrides,
-            progress=None if quiet else _err,
+            bucket, packs, scope=scope, overrides=overrides, progress=None if quiet else _err
         )
-    except (BucketError, ValueError, RuntimeError) as e:
+    except (BucketError, ValueError, RuntimeError, OSError) as e:
         _die(str(e))
 
 
@@ -185,6 +199,25 @@ def _table(doc: Any) -> str:
 
 
 _COMMON = [
+    click.option(
+        "--executor",
+        type=click.Choice(["local", "dask"]),
+        default="local",
+        show_default=True,
+        help="local: one DuckDB connection in-process; dask: one task per host.",
+    ),
+    click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler (tcp://host:8786); default a local cluster.",
+    ),
+    click.option(
+        "--workers",
+        default=2,
+        show_default=True,
+        type=click.IntRange(1, 256),
+        help="Workers of the local Dask cluster.",
+    ),
     click.option("--since", callback=_date, help="First date (YYYY-MM-DD, UTC) to read."),
     click.option("--until", callback=_date, help="Last date (YYYY-MM-DD, UTC) to read."),
     click.option("--host", "hosts", multiple=True, help="Only this host (repeatable)."),
@@ -249,6 +282,9 @@ def analyze(
     hosts: tuple[str, ...],
     packs: tuple[str, ...],
     params: tuple[str, ...],
+    executor: str,
+    scheduler: str | None,
+    workers: int,
     fmt: str,
     out: str | None,
     textfile: str | None,
@@ -258,7 +294,9 @@ def analyze(
     """Run the rule packs over BUCKET and print the findings."""
     from analyzer import outputs
 
-    doc = _run_analysis(bucket, since, until, hosts, packs, params, quiet)
+    doc = _run_analysis(
+        bucket, since, until, hosts, packs, params, quiet, executor, scheduler, workers
+    )
     if fmt == "json":
         text = doc.to_json()
     elif fmt == "markdown":
@@ -286,6 +324,9 @@ def report(
     hosts: tuple[str, ...],
     packs: tuple[str, ...],
     params: tuple[str, ...],
+    executor: str,
+    scheduler: str | None,
+    workers: int,
     out: str,
     fail_on: str,
 ) -> None:
@@ -299,7 +340,9 @@ def report(
         except (ValueError, KeyError, TypeError) as e:
             _die(f"{path}: not a findings document: {e}")
     else:
-        doc = _run_analysis(source, since, until, hosts, packs, params)
+        doc = _run_analysis(
+            source, since, until, hosts, packs, params, False, executor, scheduler, workers
+        )
     from reports.render import write_report
 
     written = write_report(doc, out)

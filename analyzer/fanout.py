@@ -1,0 +1,155 @@
+"""Fan the same SQL out per host through any ``concurrent.futures.Executor``.
+
+Each task opens its own DuckDB connection (connections can't be pickled),
+analyses one host group, and returns its findings document as plain data; the
+parts are merged into one document identical in findings and order to a
+single-connection run. Dask distributed is the scale-out executor
+(``client.get_executor()``); any Executor works.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from analyzer.bucket import Scope
+from analyzer.findings import Finding, FindingsDocument, RuleStatus
+from analyzer.packs import Pack
+
+_STATUS_RANK = {"skipped": 0, "passed": 1, "failed": 2, "errored": 3}
+
+
+def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:
+    hosts: set[str] = set()
+    root = Path(bucket)
+    for table_dir in root.iterdir() if root.is_dir() else []:
+        for date_dir in table_dir.glob("date=*"):
+            try:
+                day = dt.date.fromisoformat(date_dir.name[5:])
+            except ValueError:
+                continue
+            if not scope.date_ok(day):
+                continue
+            for host_dir in date_dir.glob("host=*"):
+                h = host_dir.name[5:]
+                if scope.host_ok(h):
+                    hosts.add(h)
+    return sorted(hosts)
+
+
+def _task(
+    bucket: str,
+    packs: list[Pack],
+    scope: Scope,
+    overrides: dict[str, dict[str, Any]],
+    now: dt.datetime | None,
+    memory_limit: str | None,
+) -> dict[str, Any]:
+    from analyzer.runner import analyze
+
+    doc = analyze(
+        bucket, packs, scope=scope, overrides=overrides, now=now, memory_limit=memory_limit
+    )
+    return doc.to_dict()
+
+
+def _merge_status(parts: list[RuleStatus]) -> RuleStatus:
+    first = parts[0]
+    active = [p for p in parts if p.status != "skipped"]
+    if not active:
+        return RuleStatus(first.rule_id, first.name, first.pack, "skipped", first.reason, 0.0, 0)
+    worst = max(active, key=lambda p: _STATUS_RANK[p.status])
+    reasons = sorted({p.reason for p in active if p.reason and p.status == worst.status})
+    return RuleStatus(
+        first.rule_id,
+        first.name,
+        first.pack,
+        worst.status,
+        "; ".join(reasons) or None,
+        round(sum(p.duration_s for p in parts), 4),
+        sum(p.findings for p in parts),
+    )
+
+
+def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDocument:
+    if not docs:
+        raise ValueError("nothing to merge: the bucket has no hosts in scope")
+    base = docs[0]
+    run = base.run
+    run.bucket = bucket
+    run.hosts = list(scope.hosts)
+    order: list[tuple[str, str]] = [(r.pack, r.rule_id) for r in run.rules]
+    by_rule: dict[tuple[str, str], list[RuleStatus]] = {}
+    for d in docs:
+        for r in d.run.rules:
+            by_rule.setdefault((r.pack, r.rule_id), []).append(r)
+    run.rules = [_merge_status(by_rule[k]) for k in order]
+    run.tables = {t: sum(d.run.tables.get(t, 0) for d in docs) for t in run.tables}
+    starts = [d.run.data_start for d in docs if d.run.data_start]
+    ends = [d.run.data_end for d in docs if d.run.data_end]
+    run.data_start, run.data_end = (min(starts) if starts else None), (max(ends) if ends else None)
+    out = FindingsDocument(run=run)
+    out.findings = sorted((f for d in docs for f in d.findings), key=Finding.sort_key)
+    out.hosts = sorted((h for d in docs for h in d.hosts), key=lambda h: h.host)
+    out.series = sorted((s for d in docs for s in d.series), key=lambda s: (s.host, s.gpu))
+    out.events = [
+        e for d in sorted(docs, key=lambda d: d.hosts[0].host if d.hosts else "") for e in d.events
+    ]
+    out.events.sort(key=lambda e: e.host)  # stable: keeps each host's time order
+    return out
+
+
+def analyze_fanout(
+    bucket: str | Path,
+    packs: list[Pack],
+    executor: Executor,
+    *,
+    scope: Scope | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    now: dt.datetime | None = None,
+    memory_limit: str | None = None,
+    hosts_per_task: int = 1,
+) -> FindingsDocument:
+    scope = scope or Scope()
+    hosts = list_hosts(bucket, scope)
+    groups = [hosts[i : i + hosts_per_task] for i in range(0, len(hosts), max(hosts_per_task, 1))]
+    futures = [
+        executor.submit(
+            _task,
+            str(bucket),
+            packs,
+            Scope(scope.since, scope.until, g, scope.before),
+            overrides or {},
+            now,
+            memory_limit,
+        )
+        for g in groups
+    ]
+    docs = [FindingsDocument.from_dict(f.result()) for f in futures]
+    return merge(docs, str(bucket), scope)
+
+
+def dask_executor(scheduler: str | None = None, workers: int = 2) -> tuple[Executor, Any]:
+    """A Dask executor, and the object to close: a client of ``scheduler``, or a local cluster."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        client = Client(scheduler)
+        return client.get_executor(), client
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
+    client = Client(cluster)
+
+    class _Closer:
+        def close(self) -> None:
+            client.close()
+            cluster.close()
+
+    return client.get_executor(), _Closer()
