@@ -1,0 +1,1 @@
+"""HTML reports built from a findings document (never from the bucket)."""

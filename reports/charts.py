@@ -1,0 +1,180 @@
+"""Chart geometry for inline SVG: everything computed here, templates only print.
+
+One chart per GPU: device memory over time (peak line over a min-max band),
+idle windows shaded, fitted idle-baseline trend, 75 % / 90 % thresholds, and
+log events (OOM, restart, leak check, known-bug signals) as markers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from analyzer.findings import Event, GpuSeries
+
+GIB = 2**30
+W, H = 860, 250
+ML, MR, MT, MB = 58, 16, 14, 34  # margins
+PW, PH = W - ML - MR, H - MT - MB
+
+_TIME_STEPS = [60 * m for m in (5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)]
+EVENT_STYLE = {
+    "oom": ("OOM", "ev-oom"),
+    "restart": ("restart", "ev-restart"),
+    "kv_leak_check": ("KV leak check", "ev-kv"),
+    "image_processor": ("fast image processor", "ev-bug"),
+    "server_args": ("server start (ServerArgs)", "ev-start"),
+    "engine_version": ("engine version", "ev-start"),
+}
+
+
+@dataclass
+class Tick:
+    pos: str
+    label: str
+
+
+@dataclass
+class Rect:
+    x: str
+    w: str
+
+
+@dataclass
+class Line:
+    x1: str
+    y1: str
+    x2: str
+    y2: str
+    css: str
+    title: str = ""
+
+
+@dataclass
+class LegendItem:
+    label: str
+    css: str
+
+
+@dataclass
+class Chart:
+    title: str
+    width: int = W
+    height: int = H
+    plot_x: int = ML
+    plot_y: int = MT
+    plot_w: int = PW
+    plot_h: int = PH
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
+    y_label: str = "GiB used"
+    line: str = ""  # polyline points
+    band: str = ""  # polygon points
+    idle: list[Rect] = field(default_factory=list)
+    trend: list[Line] = field(default_factory=list)
+    thresholds: list[Line] = field(default_factory=list)
+    threshold_labels: list[Tick] = field(default_factory=list)
+    markers: list[Line] = field(default_factory=list)
+    legend: list[LegendItem] = field(default_factory=list)
+    empty: bool = False
+
+
+def _f(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def _iso_epoch(ts: str) -> float:
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def _nice(step: float) -> float:
+    for e in range(-3, 6):
+        for m in (1, 2, 2.5, 5):
+            if m * 10**e >= step:
+                return float(m * 10**e)
+    return step
+
+
+def build_chart(s: GpuSeries, events: list[Event], *, small: bool = False) -> Chart:
+    name = f" ({s.gpu_name})" if s.gpu_name else ""
+    c = Chart(title=f"{s.host} — GPU {s.gpu}{name}")
+    if small:
+        c.height, c.plot_h = 170, 170 - MT - MB
+    if not s.t:
+        c.empty = True
+        return c
+    t0, t1 = s.t[0], max(s.t[-1], s.t[0] + 60)
+    total = s.total_bytes or max(s.used_max) or 1
+    ymax = total * 1.02
+
+    def x(t: float) -> float:
+        return c.plot_x + (t - t0) / (t1 - t0) * c.plot_w
+
+    def y(v: float) -> float:
+        return c.plot_y + c.plot_h - max(min(v, ymax), 0) / ymax * c.plot_h
+
+    c.line = " ".join(f"{_f(x(t))},{_f(y(v))}" for t, v in zip(s.t, s.used_max, strict=True))
+    upper = [f"{_f(x(t))},{_f(y(v))}" for t, v in zip(s.t, s.used_max, strict=True)]
+    lower = [
+        f"{_f(x(t))},{_f(y(v))}" for t, v in zip(reversed(s.t), reversed(s.used_min), strict=True)
+    ]
+    c.band = " ".join(upper + lower)
+    step = next((st for st in _TIME_STEPS if (t1 - t0) / st <= 8), _TIME_STEPS[-1])
+    first = (int(t0) // step + 1) * step
+    for k, tt in enumerate(range(first, int(t1) + 1, step)):
+        d = dt.datetime.fromtimestamp(tt, dt.UTC)
+        label = (
+            d.strftime("%m-%d %H:%M")
+            if k == 0 or (d.hour == 0 and d.minute == 0)
+            else d.strftime("%H:%M")
+        )
+        c.x_ticks.append(Tick(_f(x(tt)), label))
+    ystep = _nice(ymax / GIB / 5)
+    v = 0.0
+    while v * GIB <= ymax:
+        c.y_ticks.append(Tick(_f(y(v * GIB)), f"{v:g}"))
+        v += ystep
+    for start, end, _base in s.idle_windows:
+        xs, xe = x(max(start, t0)), x(min(end, t1))
+        if xe > xs:
+            c.idle.append(Rect(_f(xs), _f(xe - xs)))
+    for a, va, b, vb in s.trend:
+        c.trend.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "trend"))
+    if s.total_bytes:
+        for pct, css in ((75, "thr-warn"), (90, "thr-crit")):
+            yy = _f(y(s.total_bytes * pct / 100))
+            c.thresholds.append(
+                Line(_f(c.plot_x), yy, _f(c.plot_x + c.plot_w), yy, css, f"{pct} %")
+            )
+            c.threshold_labels.append(Tick(yy, f"{pct} %"))
+    kinds: set[str] = set()
+    for e in events:
+        if e.host != s.host or e.kind not in EVENT_STYLE or (e.gpu is not None and e.gpu != s.gpu):
+            continue
+        et = _iso_epoch(e.ts)
+        if not t0 <= et <= t1:
+            continue
+        label, css = EVENT_STYLE[e.kind]
+        xx = _f(x(et))
+        c.markers.append(
+            Line(
+                xx,
+                _f(c.plot_y),
+                xx,
+                _f(c.plot_y + c.plot_h),
+                css,
+                f"{e.ts} {label}: {e.text[:300]}",
+            )
+        )
+        kinds.add(e.kind)
+    c.legend = [LegendItem("used (peak, min-max band)", "lg-used")]
+    if c.idle:
+        c.legend.append(LegendItem("idle windows", "lg-idle"))
+    if c.trend:
+        c.legend.append(LegendItem("idle-baseline trend", "lg-trend"))
+    if c.thresholds:
+        c.legend.append(LegendItem("75 % / 90 % alert levels", "lg-thr"))
+    for kind in sorted(kinds):
+        label, css = EVENT_STYLE[kind]
+        c.legend.append(LegendItem(label, "lg-" + css))
+    return c
