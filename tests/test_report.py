@@ -1,0 +1,150 @@
+"""The HTML report: structure, escaping, determinism, self-containment, a real browser."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, HostInfo, RunInfo
+from reports.render import render_report, write_report
+
+FIXED = "2026-12-01T00:00:00Z"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def test_structure(sim_doc) -> None:
+    html = render_report(sim_doc, generated_at=FIXED)
+    assert html.count('<section class="finding"') == len(sim_doc.findings)
+    assert html.count("<svg") >= len(sim_doc.findings)
+    assert "<polyline" in html and 'class="idle"' in html and 'class="trend"' in html
+    assert 'class="thr-warn"' in html and "75 %" in html and "90 %" in html
+    assert 'class="legend"' in html and "ev-oom" in html  # the OOM events are marked
+    assert "Leaking:" in html and "fast-image-processor-leak-00" in html
+    assert "--disable-fast-image-processor" in html
+    for r in sim_doc.run.rules:
+        assert f"<code>{r.rule_id}</code>" in html
+
+
+def test_deterministic(sim_doc) -> None:
+    assert render_report(sim_doc, generated_at=FIXED) == render_report(
+        copy.deepcopy(sim_doc), generated_at=FIXED
+    )
+
+
+def test_self_contained(sim_doc) -> None:
+    html = render_report(sim_doc, generated_at=FIXED)
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", html)
+    assert "@import" not in html and "url(" not in html
+
+
+def _hostile() -> FindingsDocument:
+    evil = "<script>alert(1)</script>\"'&"
+    run = RunInfo(
+        bucket=evil, since=None, until=None, hosts=[], generated_at=FIXED, analyzer_version="0"
+    )
+    doc = FindingsDocument(run=run)
+    doc.hosts = [HostInfo(host=evil, engine=evil, model=evil, gpus=1, flags={"x": evil})]
+    doc.series = [GpuSeries(evil, 0, evil, 100, [0.0, 60.0], [10, 20], [5, 10])]
+    doc.events = [Event(evil, "1970-01-01T00:00:30Z", "oom", evil)]
+    doc.findings = [
+        Finding(
+            "GM001",
+            "leak.gpu",
+            "warning",
+            evil,
+            0,
+            1,
+            None,
+            None,
+            evil,
+            {evil: evil},
+            evil,
+            evil,
+            [evil],
+        )
+    ]
+    return doc
+
+
+def test_hostile_text_is_escaped() -> None:
+    html = render_report(_hostile(), generated_at=FIXED)
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_empty_document() -> None:
+    run = RunInfo(
+        bucket="b", since=None, until=None, hosts=[], generated_at=FIXED, analyzer_version="0"
+    )
+    html = render_report(FindingsDocument(run=run))
+    assert "No leak found on any host." in html and "<svg" not in html
+
+
+def test_reports_do_not_load_duckdb_or_polars() -> None:
+    code = "import sys, reports.render; print(' '.join(sys.modules))"
+    mods = set(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert not mods & {"duckdb", "polars", "pyarrow"}
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+)
+def test_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> None:
+    page = write_report(sim_doc, tmp_path / "report.html", generated_at=FIXED)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [CHROMIUM, *flags, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count("<svg") >= len(sim_doc.findings) and "<polyline" in dom.stdout
+    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [
+                CHROMIUM,
+                *flags,
+                f"--user-data-dir={profile}",
+                f"--screenshot={shot}",
+                "--window-size=1280,2400",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    assert shot.stat().st_size > 20_000  # a blank page is a few KB
