@@ -38,6 +38,7 @@ def _parse_strict(text: str) -> list[Sample]:
 
 
 _FAMILY_START = re.compile(r"^# (?:HELP|TYPE) ")
+_NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", re.M)
 
 
 def _blocks(lines: list[str]) -> Iterable[list[str]]:
@@ -81,6 +82,16 @@ def parse(text: str, prefixes: Iterable[str] | None = DEFAULT_PREFIXES) -> Parse
                         samples.extend(_parse_strict(line + "\n"))
                     except Exception:
                         skipped += 1
+    # the parser appends "_total" to counter samples that lack it: keep names as scraped
+    written = set(_NAME.findall(text))
+    samples = [
+        Sample(s.name[: -len("_total")], s.labels, s.value)
+        if s.name not in written
+        and s.name.endswith("_total")
+        and s.name[: -len("_total")] in written
+        else s
+        for s in samples
+    ]
     if keep is not None:
         samples = [s for s in samples if s.name.startswith(keep)]
     return ParseResult(samples, skipped)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -72,10 +73,8 @@ def parse_cmdline(argv: list[str] | str) -> ServerInfo:
                 val = argv[i + 1]
                 i += 1
             name, typ = _FLAGS[key]
-            try:
+            with contextlib.suppress(ValueError):
                 setattr(info, name, typ(val))
-            except ValueError:
-                pass
             info.flags[key.lstrip("-")] = val
         elif a.startswith("--"):
             if eq:
