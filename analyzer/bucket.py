@@ -104,10 +104,14 @@ def open_bucket(
             if scope.before:
                 where.append(f"ts < TIMESTAMPTZ '{scope.before.astimezone(dt.UTC).isoformat()}'")
             cond = (" WHERE " + " AND ".join(where)) if where else ""
-            sql = (
-                f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM read_parquet("
-                f"{_sql_list(files)}, union_by_name = true, hive_partitioning = false){cond}"
+            src = (
+                f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
             )
+            if spec.key:
+                keys = ", ".join(f'"{c}"' for c in spec.key)
+                sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
+            else:
+                sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {src}{cond}"
         else:
             # a real (empty) table, visible to every cursor of the connection
             con.register("__empty", pa.Table.from_pylist([], schema=spec.schema))

@@ -26,6 +26,9 @@ class Table:
     schema: pa.Schema
     time_column: str
     doc: str
+    # rows that repeat these columns are the same fact written twice (a run killed
+    # between writing its files and saving its log cursor); readers keep one
+    key: tuple[str, ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -142,6 +145,7 @@ LOG_LINES = Table(
     ),
     "ts",
     "Server log lines that matched a signature; ts is when they were read.",
+    key=("host", "file", "inode", "offset"),
 )
 
 COLLECTOR_RUNS = Table(

@@ -1,0 +1,100 @@
+"""procfs: a real child process, and a procfs tree built from real /proc/PID/maps text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector.procfs import ProcFS, summarize_maps
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+NOW = dt.datetime.now(dt.UTC)
+
+
+def test_real_child_process() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; x = bytearray(20 << 20); time.sleep(30)"]
+    )
+    try:
+        import time
+
+        time.sleep(0.5)
+        d = ProcFS().describe(child.pid, NOW, "h")
+        assert d is not None
+        assert d["status"]["vm_rss_bytes"] > 20 << 20
+        assert abs((d["start"] - dt.datetime.now(dt.UTC)).total_seconds()) < 30
+        assert d["maps"]["other_count"] > 10 and d["maps"]["nvidia_device_count"] == 0
+        assert d["process"]["cmdline"].startswith(sys.executable)
+        assert d["process"]["engine"] is None
+    finally:
+        child.kill()
+        child.wait()
+    assert ProcFS().describe(child.pid, NOW, "h") is None  # vanished: quietly nothing
+
+
+def _blocks() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    key = None
+    for line in (CORPUS / "proc_maps.txt").read_text().splitlines():
+        if line.startswith("# source:"):
+            key = line.split()[2]
+            out[key] = []
+        elif key and line and not line.startswith("#"):
+            out[key].append(line)
+    return out
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
+def test_maps_summary_of_real_cuda_processes() -> None:
+    b = _blocks()
+    uvm = summarize_maps(b["pytorch/pytorch#35609"])
+    assert (uvm["nvidia_device_count"], uvm["nvidia_uvm_count"], uvm["other_count"]) == (11, 2, 5)
+    assert uvm["nvidia_uvm_bytes"] == 2 * 0x200000
+    gvisor = summarize_maps(b["google/gvisor#9827"])  # log prefix lines are not maps
+    assert (gvisor["nvidia_device_count"], gvisor["other_count"]) == (3, 10)
+    arch = summarize_maps(b["bloomberg/memray#547"])
+    assert (arch["libcuda_count"], arch["other_count"]) == (3, 10)
+    criu = summarize_maps(b["checkpoint-restore/criu#2515"])  # maps embedded after a prefix
+    assert criu["other_count"] == 4
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
+def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
+    root = tmp_path / "proc"
+    (root / "4242").mkdir(parents=True)
+    (root / "stat").write_text("cpu 1 2 3\nbtime 1767225600\n")
+    argv = [
+        "/usr/bin/python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "--mem-fraction-static",
+        "0.7",
+    ]
+    (root / "4242" / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (root / "4242" / "status").write_text(
+        "Name:\tpython3\nVmSize:\t 48000000 kB\nVmRSS:\t 3200000 kB\n"
+    )
+    fields = ["S"] + ["0"] * 18 + [str(100 * os.sysconf("SC_CLK_TCK"))] + ["0"] * 20
+    (root / "4242" / "stat").write_text("4242 (python3 x) " + " ".join(fields) + "\n")
+    (root / "4242" / "maps").write_text("\n".join(_blocks()["pytorch/pytorch#35609"]) + "\n")
+    fs = ProcFS(root)
+    assert fs.servers() == [4242]
+    d = fs.describe(4242, NOW, "h")
+    assert d is not None
+    assert d["start"] == dt.datetime(2026, 1, 1, 0, 1, 40, tzinfo=dt.UTC)
+    assert d["status"] == {"vm_rss_bytes": 3200000 * 1024, "vm_size_bytes": 48000000 * 1024}
+    p = d["process"]
+    assert (
+        p["engine"],
+        p["model"],
+        p["mem_fraction_static"],
+        p["disable_fast_image_processor"],
+    ) == ("sglang", "Qwen/Qwen2.5-VL-7B-Instruct", 0.7, False)
+    assert d["maps"]["nvidia_uvm_count"] == 2
