@@ -25,6 +25,11 @@ def loaded_after(stmt: str) -> set[str]:
         "collector.logsig",
         "collector.metrics",
         "collector.procinfo",
+        "collector.cli",
+        "collector.run",
+        "collector.nvml",
+        "collector.procfs",
+        "collector.importers",
     ],
 )
 def test_collector_stays_light(module: str) -> None:
