@@ -38,6 +38,9 @@ lint: install ## ruff and mypy
 eval: install ## score the analyzer on the labelled scenario suite (out/eval/eval.md)
 	$(VENV)/bin/leakreport eval --out $(OUT)/eval
 
+bench: install ## benchmarks, results as JSON under bench/ (not tests)
+	$(PY) bench/collector_bench.py bench/collector.json 5
+
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py
 
