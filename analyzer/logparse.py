@@ -235,8 +235,23 @@ def parse_frame(lines: pl.Series, engine: str = "auto", year: int | None = None)
 
 
 def read_lines(path: str | Path) -> pl.Series:
-    data = Path(path).read_bytes().decode("utf-8", errors="replace")
-    return pl.Series("text", data.splitlines())
+    """Every line of the file (empty lines kept, so line numbers hold), read in Rust.
+
+    Invalid UTF-8 is replaced. A line containing the unit-separator byte (0x1f) is
+    cut there: the reader splits on it."""
+    if Path(path).stat().st_size == 0:
+        return pl.Series("text", [], dtype=pl.String)
+    df = pl.read_csv(
+        path,
+        has_header=False,
+        separator="\x1f",
+        quote_char=None,
+        new_columns=["text"],
+        truncate_ragged_lines=True,
+        encoding="utf8-lossy",
+        infer_schema=False,
+    )
+    return df["text"].fill_null("")
 
 
 def events(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:

@@ -21,3 +21,16 @@ def test_collector_bench_runs(tmp_path) -> None:
     )
     res = json.loads(out.read_text())
     assert res["once_run_8_gpus_3_logs"]["samples"] == 1 and res["import_s"]["pyarrow_floor"] > 0
+
+
+def test_logparse_bench_runs(tmp_path) -> None:
+    out = tmp_path / "l.json"
+    subprocess.run(
+        [sys.executable, "bench/logparse_bench.py", str(out), "2"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    res = json.loads(out.read_text())
+    assert res["lines"] > 10_000 and res["events"] > 0

@@ -84,6 +84,10 @@ def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
     fields = ["S"] + ["0"] * 18 + [str(100 * os.sysconf("SC_CLK_TCK"))] + ["0"] * 20
     (root / "4242" / "stat").write_text("4242 (python3 x) " + " ".join(fields) + "\n")
     (root / "4242" / "maps").write_text("\n".join(_blocks()["pytorch/pytorch#35609"]) + "\n")
+    sp = root / "4242" / "root" / "usr" / "lib" / "python3.10" / "site-packages"
+    for dist in ("sglang-0.4.9.post6.dist-info", "torch-2.7.1.dist-info", "numpy-2.0.0.dist-info"):
+        (sp / dist).mkdir(parents=True)
+    (root / "4242" / "exe").symlink_to("/usr/bin/python3")
     fs = ProcFS(root)
     assert fs.servers() == [4242]
     d = fs.describe(4242, NOW, "h")
@@ -98,3 +102,7 @@ def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
         p["disable_fast_image_processor"],
     ) == ("sglang", "Qwen/Qwen2.5-VL-7B-Instruct", 0.7, False)
     assert d["maps"]["nvidia_uvm_count"] == 2
+    assert (p["engine_version"], p["torch_version"]) == (
+        "0.4.9.post6",
+        "2.7.1",
+    )  # the process's own site-packages
