@@ -38,6 +38,12 @@ class Scope:
         return not self.hosts or h in {sanitize_host(x) for x in self.hosts}
 
 
+def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
+    """A relation as an Arrow table, on DuckDB 1.x and 2.x (which renamed the call)."""
+    fn = getattr(rel, "to_arrow_table", None) or rel.arrow
+    return fn()
+
+
 def _partition_value(name: str, key: str) -> str | None:
     prefix = key + "="
     return name[len(prefix) :] if name.startswith(prefix) else None

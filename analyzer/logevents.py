@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import duckdb
 import polars as pl
-import pyarrow as pa
 
 from analyzer import logparse
+from analyzer.bucket import to_arrow
 
 # Column types of log_events (fields of every event type, nullable).
 COLUMNS: dict[str, pl.DataType] = {
@@ -50,15 +50,10 @@ COLUMNS: dict[str, pl.DataType] = {
 }
 
 
-def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
-    to_arrow = getattr(rel, "to_arrow_table", None) or rel.arrow  # DuckDB 2 renamed it
-    return to_arrow()
-
-
 def build(con: duckdb.DuckDBPyConnection) -> int:
     """Create ``log_events``; returns its row count."""
     raw = pl.from_arrow(
-        _arrow(
+        to_arrow(
             con.sql(
                 'SELECT host, ts, file, "offset", text FROM log_lines ORDER BY host, file, "offset"'
             )

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from analyzer.categories import CATEGORIES, SEVERITIES
-from analyzer.findings import FindingsDocument
+from analyzer.findings import Finding, FindingsDocument
 
 PREFIX = "leakreport"
 
@@ -38,12 +39,29 @@ def _label(v: object) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _family(name: str, help_: str) -> list[str]:
+    return [f"# HELP {PREFIX}_{name} {help_}", f"# TYPE {PREFIX}_{name} gauge"]
+
+
+def _per_gpu(
+    doc: FindingsDocument, name: str, help_: str, value: Callable[[Finding], float | None]
+) -> list[str]:
+    out = _family(name, help_)
+    for f in doc.findings:
+        v = value(f)
+        if v is not None:
+            out.append(f'{PREFIX}_{name}{{host="{_label(f.host)}",gpu="{f.gpu}"}} {v:.0f}')
+    return out
+
+
+def _number(f: Finding, key: str, when: bool, scale: float) -> float | None:
+    v = f.evidence.get(key)
+    return v * scale if when and isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def textfile(doc: FindingsDocument) -> str:
     """Prometheus exposition text: per host/GPU leak rate and time to OOM, findings by severity."""
-    out = [
-        f"# HELP {PREFIX}_findings Findings of the last analysis by host, severity and category.",
-        f"# TYPE {PREFIX}_findings gauge",
-    ]
+    out = _family("findings", "Findings of the last analysis by host, severity and category.")
     per: dict[tuple[str, str, str], int] = {}
     for f in doc.findings:
         key = (f.host, f.severity, f.category)
@@ -52,30 +70,19 @@ def textfile(doc: FindingsDocument) -> str:
         out.append(
             f'{PREFIX}_findings{{host="{_label(host)}",severity="{sev}",category="{cat}"}} {n}'
         )
-    out += [
-        f"# HELP {PREFIX}_leak_rate_bytes_per_hour GPU memory leak rate across idle windows.",
-        f"# TYPE {PREFIX}_leak_rate_bytes_per_hour gauge",
-    ]
-    for f in doc.findings:
-        rate = f.evidence.get("rate_mib_per_h")
-        if f.rule_id == "GM001" and isinstance(rate, (int, float)):
-            out.append(
-                f'{PREFIX}_leak_rate_bytes_per_hour{{host="{_label(f.host)}",gpu="{f.gpu}"}} {rate * 2**20:.0f}'
-            )
-    out += [
-        f"# HELP {PREFIX}_time_to_oom_seconds Forecast time until the GPU runs out of memory.",
-        f"# TYPE {PREFIX}_time_to_oom_seconds gauge",
-    ]
-    for f in doc.findings:
-        hours = f.evidence.get("hours_to_oom")
-        if f.category == "oom.forecast" and isinstance(hours, (int, float)):
-            out.append(
-                f'{PREFIX}_time_to_oom_seconds{{host="{_label(f.host)}",gpu="{f.gpu}"}} {hours * 3600:.0f}'
-            )
-    out += [
-        f"# HELP {PREFIX}_rules Rules of the last analysis by status.",
-        f"# TYPE {PREFIX}_rules gauge",
-    ]
+    out += _per_gpu(
+        doc,
+        "leak_rate_bytes_per_hour",
+        "GPU memory leak rate across idle windows.",
+        lambda f: _number(f, "rate_mib_per_h", f.rule_id == "GM001", 2**20),
+    )
+    out += _per_gpu(
+        doc,
+        "time_to_oom_seconds",
+        "Forecast time until the GPU runs out of memory.",
+        lambda f: _number(f, "hours_to_oom", f.category == "oom.forecast", 3600),
+    )
+    out += _family("rules", "Rules of the last analysis by status.")
     for status in ("passed", "failed", "skipped", "errored"):
         out.append(
             f'{PREFIX}_rules{{status="{status}"}} {sum(1 for r in doc.run.rules if r.status == status)}'

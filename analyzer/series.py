@@ -11,6 +11,7 @@ import math
 import duckdb
 import polars as pl
 
+from analyzer.bucket import to_arrow
 from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, iso_utc
 
 MAX_POINTS = 480
@@ -26,9 +27,7 @@ MAX_EVENTS_PER_HOST = 60
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
-    rel = con.sql(sql)
-    to_arrow = getattr(rel, "to_arrow_table", None) or rel.arrow  # DuckDB 2 renamed it
-    out = pl.from_arrow(to_arrow())
+    out = pl.from_arrow(to_arrow(con.sql(sql)))
     assert isinstance(out, pl.DataFrame)
     return out
 
