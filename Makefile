@@ -25,6 +25,8 @@ demo: install ## simulate a fleet, analyze it, write the HTML report and print i
 	$(VENV)/bin/leakreport simulate --scenario all --hosts $(DEMO_HOSTS) --hours $(DEMO_HOURS) --seed 7 --out $(OUT)/demo-bucket --labels $(OUT)/demo-labels.json
 	$(VENV)/bin/leakreport analyze $(OUT)/demo-bucket --format json --out $(OUT)/demo-findings.json --fail-on never
 	$(VENV)/bin/leakreport report $(OUT)/demo-findings.json --out $(OUT)/demo-report.html
+	$(VENV)/bin/leakreport fleet $(OUT)/demo-bucket --week 2026-W48 --out $(OUT)/demo-fleet.html
+	@echo "fleet report: $(abspath $(OUT)/demo-fleet.html)"
 	@echo "report: $(abspath $(OUT)/demo-report.html)"
 
 test: install ## run the test suite

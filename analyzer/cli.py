@@ -350,6 +350,46 @@ def report(
     sys.exit(_exit_for(doc, fail_on))
 
 
+@cli.command()
+@click.argument("bucket", type=click.Path(exists=True, file_okay=False))
+@click.option("--week", required=True, help="ISO week, e.g. 2026-W48.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option(
+    "--pack",
+    "packs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Extra rule pack folder.",
+)
+@click.option(
+    "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True
+)
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 256))
+def fleet(
+    bucket: str,
+    week: str,
+    out: str,
+    packs: tuple[str, ...],
+    executor: str,
+    scheduler: str | None,
+    workers: int,
+) -> None:
+    """Weekly fleet report: GPUs ranked by leak rate, cohorts, and changes since last week."""
+    from analyzer import fleet as fleet_mod
+    from reports.fleet import write_fleet
+
+    try:
+        start, end = fleet_mod.week_range(week)
+        p_start, p_end = fleet_mod.week_range(fleet_mod.previous_week(week))
+    except ValueError as e:
+        _die(str(e))
+    cur = _run_analysis(bucket, start, end, (), packs, (), True, executor, scheduler, workers)
+    prev = _run_analysis(bucket, p_start, p_end, (), packs, (), True, executor, scheduler, workers)
+    view = fleet_mod.build(week, cur, prev if prev.hosts else None)
+    click.echo(str(write_fleet(view, out, generated_at=cur.run.generated_at).resolve()))
+
+
 @cli.group()
 def rules() -> None:
     """Inspect and test rule packs."""

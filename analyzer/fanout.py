@@ -114,6 +114,12 @@ def analyze_fanout(
 ) -> FindingsDocument:
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
+    if not hosts:  # nothing to fan out: an empty run says so the same way a local one does
+        from analyzer.runner import analyze
+
+        return analyze(
+            bucket, packs, scope=scope, overrides=overrides, now=now, memory_limit=memory_limit
+        )
     groups = [hosts[i : i + hosts_per_task] for i in range(0, len(hosts), max(hosts_per_task, 1))]
     futures = [
         executor.submit(

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_demo_prints_a_report_showing_the_leak(tmp_path) -> None:
+def test_make_demo_prints_reports_showing_the_leak(tmp_path) -> None:
     out = tmp_path / "out"
     r = subprocess.run(
         ["make", "-s", "demo", f"OUT={out}", "DEMO_HOSTS=4", "DEMO_HOURS=4"],
@@ -33,3 +33,5 @@ def test_make_demo_prints_a_report_showing_the_leak(tmp_path) -> None:
     for host in ("healthy-static-00", "cache-warmup-00", "fast-image-processor-off-00"):
         assert host in page
         assert f"on {host} leaks" not in page
+    fleet = re.search(r"^fleet report: (.+\.html)$", r.stdout, re.M)
+    assert fleet and "fast image processor off" in Path(fleet.group(1)).read_text(encoding="utf-8")
