@@ -150,17 +150,22 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
     ranking.sort(
         key=lambda r: (-(r.leak_mib_per_h or 0.0), r.hours_to_oom or float("inf"), r.host, r.gpu)
     )
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for host, key in cohorts.items():
-        groups.setdefault(key, []).append(host)
+    groups: dict[tuple[str, str, str, str, str], list[str]] = {}
+    for host, ckey in cohorts.items():
+        groups.setdefault(ckey, []).append(host)
     out: list[Cohort] = []
-    for key, hosts in groups.items():
+    for ckey, hosts in groups.items():
         rates = sorted(v for (h, _g), v in rate.items() if h in hosts)
         affected = sum(1 for h in hosts if h in host_leaks)
+        engine, version, flags, model, gpu_type = ckey
         out.append(
             Cohort(
-                " / ".join(key),
-                *key,
+                " / ".join(ckey),
+                engine,
+                version,
+                flags,
+                model,
+                gpu_type,
                 hosts=len(hosts),
                 affected_hosts=affected,
                 share_affected=round(affected / len(hosts), 3),

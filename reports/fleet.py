@@ -52,7 +52,7 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> s
             more=max(len(view.ranking) - top, 0),
             soonest=sorted(
                 (r for r in view.ranking if r.hours_to_oom is not None),
-                key=lambda r: r.hours_to_oom,
+                key=lambda r: r.hours_to_oom or 0.0,
             )[:top],
             css=css,
             bar_w=BAR_W,
