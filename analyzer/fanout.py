@@ -17,6 +17,7 @@ from typing import Any
 from analyzer.bucket import Scope
 from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
+from analyzer.series import stale_hosts
 
 _STATUS_RANK = {"skipped": 0, "passed": 1, "failed": 2, "errored": 3}
 
@@ -98,6 +99,13 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
         e for d in sorted(docs, key=lambda d: d.hosts[0].host if d.hosts else "") for e in d.events
     ]
     out.events.sort(key=lambda e: e.host)  # stable: keeps each host's time order
+    # per-host parts cannot see that a host stopped before the others: decide that on the whole
+    failures = [
+        g
+        for d in sorted(docs, key=lambda d: d.hosts[0].host if d.hosts else "")
+        for g in d.run.gaps
+    ]
+    out.run.gaps = stale_hosts(out) + sorted(failures, key=lambda g: g.split(": ", 1)[0])
     return out
 
 

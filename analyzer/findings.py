@@ -93,6 +93,9 @@ class RunInfo:
     tables: dict[str, int] = field(default_factory=dict)  # table -> files read
     data_start: str | None = None
     data_end: str | None = None
+    gaps: list[str] = field(
+        default_factory=list
+    )  # hosts that stopped reporting, sources that failed
 
 
 @dataclass

@@ -6,6 +6,7 @@ polars, keeping each chunk's peak and trough so spikes survive.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import duckdb
@@ -149,3 +150,34 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
         list(EVENT_SIGNATURES),
     ).fetchall():
         doc.events.append(Event(host=h, ts=iso_utc(ts) or "", kind=kind, text=text[:2000]))
+    doc.run.gaps = stale_hosts(doc) + source_failures(con)
+
+
+STALE_MINUTES = 10
+
+
+def stale_hosts(doc: FindingsDocument) -> list[str]:
+    """Hosts whose samples end well before the fleet's do: they stopped reporting."""
+    ends = {h.host: h.last_ts for h in doc.hosts if h.last_ts}
+    if not ends:
+        return []
+    fleet_end = max(ends.values())
+    end_t = dt.datetime.fromisoformat(fleet_end.replace("Z", "+00:00"))
+    return [
+        f"{h}: no GPU samples after {t} (data runs to {fleet_end})"
+        for h, t in sorted(ends.items())
+        if (end_t - dt.datetime.fromisoformat(t.replace("Z", "+00:00"))).total_seconds()
+        > STALE_MINUTES * 60
+    ]
+
+
+def source_failures(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Collector sources that failed, per host, with the last error."""
+    return [
+        f"{host}: source {source} failed in {n} of {total} collector runs (last: {(err or '')[:200]})"
+        for host, source, n, total, err in con.execute(
+            """SELECT host, source, count(*) FILTER (WHERE status = 'failed') AS n, count(*) AS total,
+                      arg_max(error, ts) FILTER (WHERE status = 'failed') AS err
+               FROM collector_runs GROUP BY host, source HAVING n > 0 ORDER BY host, source"""
+        ).fetchall()
+    ]

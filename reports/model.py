@@ -190,7 +190,8 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         for c, name in CATEGORIES.items()
         if (n := sum(1 for f in doc.findings if f.category == c))
     ]
-    gaps = [
+    gaps = list(doc.run.gaps)
+    gaps += [
         f"{r.rule_id}: {r.reason}"
         for r in doc.run.rules
         if r.status in ("skipped", "errored") and r.reason

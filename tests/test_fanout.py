@@ -67,3 +67,15 @@ def test_dask_local_cluster_via_cli(sim_bucket) -> None:
         for r in d["run"]["rules"]:
             r.pop("duration_s")
     assert a == b
+
+
+def test_fanout_sees_hosts_that_stopped_reporting(tmp_path) -> None:
+    from analyzer.sim.generate import simulate
+
+    simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=1)
+    simulate("cache-warmup", tmp_path, hosts=1, hours=0.5, seed=1)
+    packs = load_packs()
+    local = analyze(tmp_path, packs, now=NOW)
+    with ThreadPoolExecutor(2) as ex:
+        fanned = analyze_fanout(tmp_path, packs, ex, now=NOW)
+    assert local.run.gaps and fanned.run.gaps == local.run.gaps

@@ -148,3 +148,33 @@ def test_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> None:
             check=True,
         )
     assert shot.stat().st_size > 20_000  # a blank page is a few KB
+
+
+def test_data_gaps_reach_the_summary(tmp_path) -> None:
+    import datetime as dt
+
+    from analyzer.packs import load_packs
+    from analyzer.runner import analyze
+    from analyzer.sim.generate import simulate
+    from collector.writer import BucketWriter
+
+    simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=1)
+    simulate("cache-warmup", tmp_path, hosts=1, hours=0.5, seed=1)  # stops half-way
+    t = dt.datetime(2026, 11, 23, 0, 10, tzinfo=dt.UTC)
+    BucketWriter(tmp_path, "healthy-static-00").write(
+        "collector_runs",
+        [
+            {
+                "ts": t,
+                "run_id": "r1",
+                "source": "metrics",
+                "status": "failed",
+                "error": "http://127.0.0.1:30000/metrics: timed out",
+            }
+        ],
+    )
+    doc = analyze(tmp_path, load_packs())
+    assert any(g.startswith("cache-warmup-00: no GPU samples after") for g in doc.run.gaps)
+    assert any("source metrics failed in 1 of" in g and "timed out" in g for g in doc.run.gaps)
+    html = render_report(doc, generated_at=FIXED)
+    assert "Data gaps" in html and "timed out" in html
