@@ -127,6 +127,15 @@ class GpuSeries:
 
 
 @dataclass
+class KvSeries:
+    """The engine's KV-cache usage (0-1) of one host over time, downsampled."""
+
+    host: str
+    t: list[float]
+    kv: list[float]
+
+
+@dataclass
 class Event:
     host: str
     ts: str
@@ -142,6 +151,7 @@ class FindingsDocument:
     hosts: list[HostInfo] = field(default_factory=list)
     series: list[GpuSeries] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    kv: list[KvSeries] = field(default_factory=list)
     schema_version: int = FINDINGS_SCHEMA_VERSION
 
     def worst_severity(self) -> str | None:
@@ -178,6 +188,7 @@ class FindingsDocument:
             hosts=[HostInfo(**h) for h in d.get("hosts", [])],
             series=[GpuSeries(**s) for s in d.get("series", [])],
             events=[Event(**e) for e in d.get("events", [])],
+            kv=[KvSeries(**k) for k in d.get("kv", [])],
         )
 
     @classmethod
@@ -193,6 +204,7 @@ __all__ = [
     "FindingsDocument",
     "GpuSeries",
     "HostInfo",
+    "KvSeries",
     "PackInfo",
     "RuleStatus",
     "RunInfo",

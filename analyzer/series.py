@@ -13,7 +13,7 @@ import duckdb
 import polars as pl
 
 from analyzer.bucket import to_arrow
-from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, iso_utc
+from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, KvSeries, iso_utc
 
 MAX_POINTS = 480
 EVENT_SIGNATURES = (
@@ -151,6 +151,20 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
     ).fetchall():
         doc.events.append(Event(host=h, ts=iso_utc(ts) or "", kind=kind, text=text[:2000]))
     doc.run.gaps = stale_hosts(doc) + source_failures(con)
+    kv = _frame(
+        con,
+        "SELECT host, 0 AS gpu_index, epoch(ts) AS t, kv_usage AS used_max, kv_usage AS used_min "
+        "FROM kv_usage ORDER BY host, ts",
+    )
+    if kv.height:
+        for (h, _g), part in downsample(kv).group_by("host", "gpu_index", maintain_order=True):
+            doc.kv.append(
+                KvSeries(
+                    str(h),
+                    [float(x) for x in part["t"]],
+                    [round(float(x), 4) for x in part["used_max"]],
+                )
+            )
 
 
 STALE_MINUTES = 10

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from analyzer.findings import Event, GpuSeries
+from analyzer.findings import Event, GpuSeries, KvSeries
 
 GIB = 2**30
 W, H = 860, 250
@@ -77,6 +77,10 @@ class Chart:
     markers: list[Line] = field(default_factory=list)
     legend: list[LegendItem] = field(default_factory=list)
     empty: bool = False
+    kv_y: int = 0  # second panel: the host's KV-cache usage, on the same time axis
+    kv_h: int = 0
+    kv_line: str = ""
+    kv_ticks: list[Tick] = field(default_factory=list)
 
 
 def _f(v: float) -> str:
@@ -95,7 +99,9 @@ def _nice(step: float) -> float:
     return step
 
 
-def build_chart(s: GpuSeries, events: list[Event], *, small: bool = False) -> Chart:
+def build_chart(
+    s: GpuSeries, events: list[Event], *, small: bool = False, kv: KvSeries | None = None
+) -> Chart:
     name = f" ({s.gpu_name})" if s.gpu_name else ""
     c = Chart(title=f"{s.host} — GPU {s.gpu}{name}")
     if small:
@@ -167,7 +173,20 @@ def build_chart(s: GpuSeries, events: list[Event], *, small: bool = False) -> Ch
             )
         )
         kinds.add(e.kind)
+    if kv is not None and kv.t and not small:
+        c.kv_y, c.kv_h = c.height + 6, 64
+        c.height += c.kv_h + 14
+
+        def ky(v: float) -> float:
+            return c.kv_y + c.kv_h - max(min(v, 1.0), 0.0) * c.kv_h
+
+        c.kv_line = " ".join(
+            f"{_f(x(t))},{_f(ky(v))}" for t, v in zip(kv.t, kv.kv, strict=True) if t0 <= t <= t1
+        )
+        c.kv_ticks = [Tick(_f(ky(v)), f"{v * 100:.0f} %") for v in (0.0, 0.5, 1.0)]
     c.legend = [LegendItem("used (peak, min-max band)", "lg-used")]
+    if c.kv_line:
+        c.legend.append(LegendItem("KV-cache usage (lower panel)", "lg-kv"))
     if c.idle:
         c.legend.append(LegendItem("idle windows", "lg-idle"))
     if c.trend:

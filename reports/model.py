@@ -126,6 +126,7 @@ def _host_events(events: list[Event], host: str) -> list[LogLine]:
 
 def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel:
     series = {(s.host, s.gpu): s for s in doc.series}
+    kv = {k.host: k for k in doc.kv}
     by_host: dict[str, list[Any]] = {}
     for s in doc.series:
         by_host.setdefault(s.host, []).append(s)
@@ -149,7 +150,7 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
                 when=_when(f),
                 summary=f.summary,
                 evidence=[KV(_label(k), format_value(k, v)) for k, v in f.evidence.items()],
-                charts=[build_chart(s, doc.events) for s in chart_series],
+                charts=[build_chart(s, doc.events, kv=kv.get(s.host)) for s in chart_series],
                 logs=_host_events(doc.events, f.host),
                 remediation=[p.strip() for p in f.remediation.split("\n\n") if p.strip()],
                 references=list(f.references),
