@@ -43,6 +43,7 @@ eval: install ## score the analyzer on the labelled scenario suite (out/eval/eva
 bench: install ## benchmarks, results as JSON under bench/ (not tests)
 	$(PY) bench/collector_bench.py bench/collector.json 5
 	$(PY) bench/logparse_bench.py bench/logparse.json 1024
+	$(PY) bench/fleet_bench.py bench/fleet.json 1000 2
 
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py

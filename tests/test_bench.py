@@ -34,3 +34,16 @@ def test_logparse_bench_runs(tmp_path) -> None:
     )
     res = json.loads(out.read_text())
     assert res["lines"] > 10_000 and res["events"] > 0
+
+
+def test_fleet_bench_runs(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "f.json"
+    subprocess.run(
+        [sys.executable, "bench/fleet_bench.py", str(out), "14", "0.5"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    res = json.loads(out.read_text())
+    assert res["gpus"] >= 14 and res["fleet_html_mb"] > 0

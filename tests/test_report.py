@@ -178,3 +178,40 @@ def test_data_gaps_reach_the_summary(tmp_path) -> None:
     assert any("source metrics failed in 1 of" in g and "timed out" in g for g in doc.run.gaps)
     html = render_report(doc, generated_at=FIXED)
     assert "Data gaps" in html and "timed out" in html
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+)
+def test_fleet_report_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> None:
+    from analyzer.fleet import build
+    from reports.fleet import write_fleet
+
+    page = write_fleet(build("2026-W48", sim_doc), tmp_path / "fleet.html")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--proxy-server=127.0.0.1:9",
+                "--enable-logging=stderr",
+                "--v=0",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert dom.returncode == 0
+    assert "Cohorts" in dom.stdout and dom.stdout.count("<svg") >= len(
+        build("2026-W48", sim_doc).cohorts
+    )
+    assert not [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
