@@ -46,7 +46,7 @@ bench: install ## benchmarks, results as JSON under bench/ (not tests)
 	$(PY) bench/fleet_bench.py bench/fleet.json 1000 2
 
 gold: install ## regenerate the report gold files (review the diff!)
-	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py
+	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py tests/test_fleet.py -k "gold"
 
 clean: ## remove the virtual environment and outputs
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

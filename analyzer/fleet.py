@@ -55,6 +55,7 @@ class Cohort:
     rates: list[float]  # leak MiB/h of the leaking GPUs, sorted
     median_rate: float | None
     max_rate: float | None
+    previous_share: float | None = None  # the same cohort's share affected last week
 
 
 @dataclass
@@ -174,6 +175,10 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
                 max_rate=round(max(rates), 1) if rates else None,
             )
         )
+    if prev is not None:
+        before = {c.key: c.share_affected for c in build(previous_week(week), prev).cohorts}
+        for c in out:
+            c.previous_share = before.get(c.key)
     out.sort(key=lambda c: (-c.share_affected, -(c.median_rate or 0.0), c.key))
     return FleetView(
         week=week,

@@ -73,3 +73,31 @@ def test_fleet_command_writes_the_page(sim_bucket, tmp_path) -> None:
     html = out.read_text()
     assert "Cohorts" in html and "fast image processor off" in html and "Week over week" in html
     assert "No data for the previous week" in html and "<script" not in html
+
+
+def test_cohort_trend_against_last_week(sim_doc) -> None:
+    prev = copy.deepcopy(sim_doc)
+    prev.findings = [f for f in prev.findings if f.host != "latency-pressure-00"]
+    view = build("2026-W48", sim_doc, prev)
+    c = next(c for c in view.cohorts if c.model == "Qwen/Qwen3-VL-8B-Instruct")
+    assert (c.previous_share, c.share_affected) == (0.0, 1.0)
+
+
+def test_fleet_gold_and_hostile_text(sim_doc) -> None:
+    import os
+    from pathlib import Path
+
+    from reports.fleet import render_fleet
+
+    hostile = copy.deepcopy(sim_doc)
+    for h in hostile.hosts:
+        h.model = "<script>alert(1)</script>"
+    html = render_fleet(build("2026-W48", hostile))
+    assert "<script" not in html and "&lt;script&gt;" in html
+    gold = Path(__file__).resolve().parent / "gold" / "fleet.html"
+    page = render_fleet(build("2026-W48", sim_doc), generated_at="2026-12-01T00:00:00Z")
+    if os.environ.get("LEAKREPORT_UPDATE_GOLD"):
+        gold.write_text(page, encoding="utf-8")
+    assert page == gold.read_text(encoding="utf-8"), (
+        "fleet report differs from its gold (run `make gold`)"
+    )

@@ -7,7 +7,7 @@ severity    = "warning"
 requires    = ["gpu_samples"]
 evidence    = ["segments", "idle_windows", "first_idle_mib", "last_idle_mib", "growth_mib",
                "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "mib_per_1k_requests", "up_fraction",
-               "total_mib"]
+               "total_mib", "confidence"]
 description = """
 Compares the GPU's memory at successive idle windows (GPU near idle, no running
 requests, for at least 30 s), per server process lifetime. Memory that is still
@@ -30,6 +30,7 @@ min_windows = 4           # idle windows needed within one lifetime
 min_late_fraction = 0.35  # late-half growth at least this share of early-half growth
 min_late_growth_mib = 64  # and at least this much in absolute terms
 min_up_fraction = 0.6     # share of window-to-window steps that rose
+high_conf_windows = 8     # confidence is high from this many idle windows on
 ---*/
 WITH leaky AS (
     SELECT *
@@ -57,11 +58,18 @@ SELECT
     round(sum(growth_bytes) / 1048576 / nullif(sum(requests) / 1000, 0), 2) AS mib_per_1k_requests,
     round(min(up_fraction), 2) AS up_fraction,
     round(max(total) / 1048576, 0) AS total_mib,
+    -- high: many windows, nearly every step up, and no slowing down in the late half
+    CASE WHEN sum(n) >= $high_conf_windows AND min(up_fraction) >= 0.8
+              AND min(late_growth_bytes / nullif(early_growth_bytes, 0)) >= 0.7 THEN 'high' ELSE 'medium' END
+        AS confidence,
     format('GPU {} on {} leaks about {:.0f} MiB/h: idle memory rose {:.0f} MiB over {} idle windows '
-           'and kept rising (late half +{:.0f} MiB){}.',
+           'and kept rising (late half +{:.0f} MiB){}; {} confidence.',
            gpu_index, host, median(slope_bps) * 3600 / 1048576, max(growth_bytes) / 1048576,
            sum(n), arg_max(late_growth_bytes, growth_bytes) / 1048576,
-           CASE WHEN count(*) > 1 THEN format(', in {} process lifetimes', count(*)) ELSE '' END) AS summary
+           CASE WHEN count(*) > 1 THEN format(', in {} process lifetimes', count(*)) ELSE '' END,
+           CASE WHEN sum(n) >= $high_conf_windows AND min(up_fraction) >= 0.8
+                     AND min(late_growth_bytes / nullif(early_growth_bytes, 0)) >= 0.7 THEN 'high' ELSE 'medium' END)
+        AS summary
 FROM leaky
 GROUP BY host, gpu_index
 ORDER BY host, gpu_index
