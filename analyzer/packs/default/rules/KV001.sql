@@ -4,7 +4,7 @@ name        = "kv_pool.not_reclaimed"
 title       = "KV-cache pages are not reclaimed after requests finish"
 category    = "leak.kv_pool"
 severity    = "warning"
-requires    = ["gpu_samples"]
+requires    = ["gpu_samples|log_lines|metric_samples"]
 evidence    = ["leak_checks", "pool", "available_size", "max_total_num_tokens", "first_idle_kv", "last_idle_kv", "idle_windows"]
 description = """
 With no requests running, the engine's KV-cache usage should fall back to its
