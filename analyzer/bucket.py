@@ -12,11 +12,13 @@ import datetime as dt
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from collector.schema import TABLES
+from collector.store import is_s3, s3_filesystem, s3_root
 from collector.writer import TMP_PREFIX, sanitize_host
 
 
@@ -74,6 +76,33 @@ def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:
     return files
 
 
+def list_s3_files(fs: Any, root: str, table: str, scope: Scope) -> list[str]:
+    """Keys of a table's files in an S3 bucket, pruned by the date=/host= path parts."""
+    from pyarrow.fs import FileSelector, FileType
+
+    infos = fs.get_file_info(
+        FileSelector(f"{root}/{table}".lstrip("/"), recursive=True, allow_not_found=True)
+    )
+    keys = []
+    for info in infos:
+        if (
+            info.type != FileType.File
+            or not info.path.endswith(".parquet")
+            or info.base_name.startswith(TMP_PREFIX)
+        ):
+            continue
+        parts = info.path.split("/")
+        dv = next((_partition_value(x, "date") for x in parts if x.startswith("date=")), None)
+        hv = next((_partition_value(x, "host") for x in parts if x.startswith("host=")), None)
+        try:
+            day = dt.date.fromisoformat(dv or "")
+        except ValueError:
+            continue
+        if hv is not None and scope.date_ok(day) and scope.host_ok(hv):
+            keys.append(info.path)
+    return sorted(keys)
+
+
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
@@ -87,9 +116,16 @@ def open_bucket(
 ) -> tuple[duckdb.DuckDBPyConnection, dict[str, int]]:
     """A connection with one view per trace table, and files read per table."""
     path = Path(bucket)
-    if not path.exists():
+    s3 = None
+    if is_s3(bucket):
+        try:
+            s3 = s3_filesystem()
+            s3.get_file_info(s3_root(str(bucket)).split("/")[0])
+        except Exception as e:  # pyarrow raises OSError or ArrowException subclasses
+            raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
+    elif not path.exists():
         raise BucketError(f"{path}: no such bucket folder")
-    if not path.is_dir():
+    elif not path.is_dir():
         raise BucketError(f"{path}: a bucket is a folder of trace tables")
     scope = scope or Scope()
     con = con or duckdb.connect()
@@ -97,7 +133,11 @@ def open_bucket(
         con.execute(f"SET memory_limit = '{memory_limit}'")
     counts: dict[str, int] = {}
     for name, spec in TABLES.items():
-        files = list_files(path, name, scope)
+        files = (
+            list_s3_files(s3, s3_root(str(bucket)), name, scope)
+            if s3
+            else list_files(path, name, scope)
+        )
         counts[name] = len(files)
         cols = ", ".join(f'"{c}"' for c in spec.columns)
         if files:
@@ -110,9 +150,16 @@ def open_bucket(
             if scope.before:
                 where.append(f"ts < TIMESTAMPTZ '{scope.before.astimezone(dt.UTC).isoformat()}'")
             cond = (" WHERE " + " AND ".join(where)) if where else ""
-            src = (
-                f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
-            )
+            if s3 is not None:  # read through pyarrow's S3 filesystem (no DuckDB extension needed)
+                import pyarrow.dataset as pads
+
+                con.register(
+                    f"__s3_{name}",
+                    pads.dataset(files, filesystem=s3, format="parquet", schema=spec.schema),
+                )
+                src = f"__s3_{name}"
+            else:
+                src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
             if spec.key:
                 keys = ", ".join(f'"{c}"' for c in spec.key)
                 sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"

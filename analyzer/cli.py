@@ -167,7 +167,7 @@ def _run_analysis(
         if executor == "dask":
             from analyzer.fanout import analyze_fanout, dask_executor
 
-            if not Path(bucket).is_dir():
+            if not bucket.startswith("s3://") and not Path(bucket).is_dir():
                 raise BucketError(f"{bucket}: no such bucket folder")
             pool, closer = dask_executor(scheduler, workers)
             try:
@@ -313,7 +313,7 @@ def analyze(
 
 
 @cli.command()
-@click.argument("source", type=click.Path(exists=True))
+@click.argument("source")
 @_common
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="never", show_default=True)
@@ -334,6 +334,8 @@ def report(
     from analyzer.findings import FindingsDocument
 
     path = Path(source)
+    if not source.startswith("s3://") and not path.exists():
+        _die(f"{source}: no such findings file or bucket")
     if path.is_file():
         try:
             doc = FindingsDocument.from_json(path.read_text(encoding="utf-8"))
@@ -351,7 +353,7 @@ def report(
 
 
 @cli.command()
-@click.argument("bucket", type=click.Path(exists=True, file_okay=False))
+@click.argument("bucket")
 @click.option("--week", required=True, help="ISO week, e.g. 2026-W48.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
 @click.option(

@@ -23,6 +23,15 @@ _STATUS_RANK = {"skipped": 0, "passed": 1, "failed": 2, "errored": 3}
 
 
 def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:
+    from collector.schema import TABLES
+    from collector.store import is_s3, s3_filesystem, s3_root
+
+    if is_s3(bucket):
+        from analyzer.bucket import list_s3_files
+
+        fs, prefix = s3_filesystem(), s3_root(str(bucket))
+        keys = [k for t in TABLES for k in list_s3_files(fs, prefix, t, scope)]
+        return sorted({part[5:] for k in keys for part in k.split("/") if part.startswith("host=")})
     hosts: set[str] = set()
     root = Path(bucket)
     for table_dir in root.iterdir() if root.is_dir() else []:

@@ -53,16 +53,13 @@ class RuleOutputError(Exception):
 def run_rule(
     con: duckdb.DuckDBPyConnection, rule: Rule, overrides: dict[str, Any] | None = None
 ) -> list[Finding]:
-    cur = con.cursor()
-    try:
-        params = rule.bound_params(overrides)
-        cur.execute(rule.sql, params if params else None)
-        if cur.description is None:
-            raise RuleOutputError("the rule's SQL returned no result set (it must end in a SELECT)")
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-    finally:
-        cur.close()
+    # the rule runs on the analysis connection itself: S3 datasets are registered on it
+    params = rule.bound_params(overrides)
+    res = con.execute(rule.sql, params if params else None)
+    if res.description is None:
+        raise RuleOutputError("the rule's SQL returned no result set (it must end in a SELECT)")
+    cols = [d[0] for d in res.description]
+    rows = res.fetchall()
     for needed in ("host", "summary"):
         if needed not in cols:
             raise RuleOutputError(f"rule output lacks the column {needed!r}")

@@ -76,10 +76,14 @@ def to_arrow(table_name: str, rows: Iterable[Mapping[str, Any]] | pa.Table) -> p
 
 
 class BucketWriter:
-    """Writes trace tables for one host into a local bucket folder."""
+    """Writes trace tables for one host into a bucket: a local folder or ``s3://...``."""
 
     def __init__(self, bucket: str | os.PathLike[str], host: str) -> None:
-        self.root = Path(bucket)
+        from collector.store import is_s3, s3_filesystem, s3_root
+
+        self.s3 = s3_filesystem() if is_s3(bucket) else None
+        self.s3_root = s3_root(str(bucket)) if self.s3 is not None else ""
+        self.root = Path(bucket) if self.s3 is None else Path("/")
         self.host = sanitize_host(host)
 
     def partition_dir(self, table_name: str, date: dt.date) -> Path:
@@ -109,6 +113,8 @@ class BucketWriter:
         return written
 
     def _write_file(self, table_name: str, day: dt.date, data: pa.Table) -> Path:
+        if self.s3 is not None:
+            return self._put_s3(table_name, day, data)
         folder = self.partition_dir(table_name, day)
         folder.mkdir(parents=True, exist_ok=True)
         tcol = table(table_name).time_column
@@ -129,6 +135,17 @@ class BucketWriter:
             os.unlink(tmp)
         _fsync_dir(folder)
         return final
+
+    def _put_s3(self, table_name: str, day: dt.date, data: pa.Table) -> Path:
+        """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
+        start = min(data.column(table(table_name).time_column).to_pylist())
+        name = f"{table_name}-{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
+        key = f"{self.s3_root}/{table_name}/date={day.isoformat()}/host={self.host}/{name}".lstrip(
+            "/"
+        )
+        data = data.replace_schema_metadata(_file_metadata(table_name))
+        pq.write_table(data, key, filesystem=self.s3, compression="zstd")
+        return Path("s3://" + key)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -77,7 +77,7 @@ class _Host:
                 }
             )
 
-    def write(self, out: Path, start: dt.datetime) -> dict[str, int]:
+    def write(self, out: str | Path, start: dt.datetime) -> dict[str, int]:
         writer = BucketWriter(out, self.plan.host)
         counts = {}
         for name, rows in self.tables.items():
@@ -91,7 +91,9 @@ class _Host:
         return counts
 
 
-def generate_host(plan: HostPlan, hours: float, start: dt.datetime, out: Path) -> dict[str, int]:
+def generate_host(
+    plan: HostPlan, hours: float, start: dt.datetime, out: str | Path
+) -> dict[str, int]:
     s = plan.scenario
     hf = model.host_frame(s, hours, plan.seed)
     frames = [model.gpu_frame(s, hf, g, plan.seed * 100 + g) for g in range(s.gpus)]
@@ -281,8 +283,8 @@ def simulate(
     labels_path: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[HostPlan]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not str(out).startswith("s3://"):
+        Path(out).mkdir(parents=True, exist_ok=True)
     plans = plan_fleet(scenario, hosts, seed)
     for k, p in enumerate(plans, 1):
         counts = generate_host(p, hours, start, out)

@@ -1,0 +1,178 @@
+"""Buckets on a real S3-compatible server (moto in server mode) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from analyzer.bucket import Scope
+from analyzer.packs import load_packs
+from analyzer.runner import analyze
+from analyzer.sim.generate import simulate
+
+MOTO = Path(sys.executable).with_name("moto_server")
+NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+pytestmark = pytest.mark.skipif(
+    not MOTO.exists() and not shutil.which("moto_server"), reason="moto[server] missing"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    port = _free_port()
+    exe = str(MOTO) if MOTO.exists() else shutil.which("moto_server")
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        from pyarrow import fs
+
+        fs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="test",
+            secret_key="test",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir("leaktraces")
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _comparable(doc) -> str:
+    d = doc.to_dict()
+    d["run"].pop("bucket")
+    for r in d["run"]["rules"]:
+        r.pop("duration_s")
+    return json.dumps(d, sort_keys=True)
+
+
+def test_same_findings_as_a_local_folder(s3, tmp_path) -> None:
+    for out in (tmp_path / "local", "s3://leaktraces/fleet"):
+        simulate("fast-image-processor-leak", out, hosts=1, hours=2, seed=9)
+        simulate("healthy-static", out, hosts=1, hours=2, seed=9)
+    packs = load_packs()
+    local = analyze(tmp_path / "local", packs, now=NOW)
+    remote = analyze("s3://leaktraces/fleet", packs, now=NOW)
+    assert remote.findings and _comparable(remote) == _comparable(local)
+    one = analyze("s3://leaktraces/fleet", packs, scope=Scope(hosts=["healthy-static-00"]), now=NOW)
+    assert (
+        one.run.tables["gpu_samples"] < remote.run.tables["gpu_samples"]
+    )  # host pruning lists fewer files
+    assert [h.host for h in one.hosts] == ["healthy-static-00"]
+
+
+def test_collector_writes_and_cli_reads(s3, tmp_path) -> None:
+    log = tmp_path / "s.log"
+    log.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 38.00 MiB. GPU 0 has a total capacity of 15.92 GiB of which 39.44 MiB is free.\n"
+    )
+    env = {**os.environ, **s3}
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "run",
+            "--once",
+            "--no-gpu",
+            "--host",
+            "edge-1",
+            "--bucket",
+            "s3://leaktraces/cron",
+            "--log",
+            str(log),
+            "--state-dir",
+            str(tmp_path / "st"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analyzer.cli",
+            "analyze",
+            "s3://leaktraces/cron",
+            "--format",
+            "json",
+            "-q",
+            "--fail-on",
+            "never",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [f["category"] for f in doc["findings"]] == ["oom.event"]
+    assert doc["run"]["tables"]["collector_runs"] == 1
+
+
+def test_unreachable_store_is_a_clear_error(tmp_path) -> None:
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}",
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_REGION": "us-east-1",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "analyze", "s3://nowhere/x", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert (
+        r.returncode == 2
+        and "cannot open the S3 bucket" in r.stderr
+        and "Traceback" not in r.stderr
+    )
