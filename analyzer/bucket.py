@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from collector.schema import TABLES
 from collector.store import is_s3, s3_filesystem, s3_root
-from collector.writer import TMP_PREFIX, sanitize_host
+from collector.writer import COMPACT_MARK, TMP_PREFIX, replaced_by, sanitize_host
 
 
 class BucketError(Exception):
@@ -70,9 +70,18 @@ def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:
             hv = _partition_value(host_dir.name, "host")
             if hv is None or not host_dir.is_dir() or not scope.host_ok(hv):
                 continue
-            for f in sorted(host_dir.iterdir()):
-                if f.suffix == ".parquet" and not f.name.startswith(TMP_PREFIX):
-                    files.append(str(f))
+            here = [
+                f
+                for f in sorted(host_dir.iterdir())
+                if f.suffix == ".parquet" and not f.name.startswith(TMP_PREFIX)
+            ]
+            skip: set[str] = set()
+            for f in (
+                here
+            ):  # a compacted file stands for the files it replaced (see `leakreport compact`)
+                if COMPACT_MARK in f.name:
+                    skip.update(replaced_by(f))
+            files += [str(f) for f in here if f.name not in skip]
     return files
 
 

@@ -392,6 +392,28 @@ def fleet(
     click.echo(str(write_fleet(view, out, generated_at=cur.run.generated_at).resolve()))
 
 
+@cli.command()
+@click.argument("bucket", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--before", callback=_date, help="Compact days before this date (default: before today, UTC)."
+)
+def compact(bucket: str, before: dt.date | None) -> None:
+    """Merge each finished day's small per-run files into one file per table/date/host.
+
+    Safe while others read: a reader sees the old files or the new one, never both.
+    """
+    from analyzer.compact import CompactError
+    from analyzer.compact import compact as run_compact
+
+    try:
+        res = run_compact(bucket, before, progress=_err)
+    except (CompactError, OSError) as e:
+        _die(str(e))
+    click.echo(
+        f"{res.folders} folders: {res.files_before} files -> {res.files_after} ({res.rows} rows rewritten)"
+    )
+
+
 @cli.group()
 def rules() -> None:
     """Inspect and test rule packs."""

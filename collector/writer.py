@@ -41,11 +41,16 @@ def sanitize_host(name: str) -> str:
     return s or "unknown"
 
 
-def _file_metadata(table_name: str) -> dict[bytes, bytes]:
+COMPACT_MARK = "-compact-"
+REPLACES_KEY = b"leakreport.replaces"
+
+
+def _file_metadata(table_name: str, extra: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
     return {
         b"leakreport.schema_version": str(SCHEMA_VERSION).encode(),
         b"leakreport.collector_version": __version__.encode(),
         b"leakreport.table": table_name.encode(),
+        **(extra or {}),
     }
 
 
@@ -112,7 +117,14 @@ class BucketWriter:
             written.append(self._write_file(table_name, day, part))
         return written
 
-    def _write_file(self, table_name: str, day: dt.date, data: pa.Table) -> Path:
+    def _write_file(
+        self,
+        table_name: str,
+        day: dt.date,
+        data: pa.Table,
+        extra: dict[bytes, bytes] | None = None,
+        mark: str = "-",
+    ) -> Path:
         if self.s3 is not None:
             return self._put_s3(table_name, day, data)
         folder = self.partition_dir(table_name, day)
@@ -120,9 +132,9 @@ class BucketWriter:
         tcol = table(table_name).time_column
         start = min(data.column(tcol).to_pylist())
         stamp = start.strftime("%Y%m%dT%H%M%S%fZ")
-        final = folder / f"{table_name}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+        final = folder / f"{table_name}{mark}{stamp}-{uuid.uuid4().hex[:12]}.parquet"
         tmp = folder / f"{TMP_PREFIX}{final.name}"
-        data = data.replace_schema_metadata(_file_metadata(table_name))
+        data = data.replace_schema_metadata(_file_metadata(table_name, extra))
         pq.write_table(data, tmp, compression="zstd")
         fd = os.open(tmp, os.O_RDONLY)
         try:
@@ -159,6 +171,33 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_compacted(
+    bucket: str | os.PathLike[str],
+    host: str,
+    table_name: str,
+    day: dt.date,
+    data: pa.Table,
+    replaces: list[str],
+) -> Path:
+    """One file that stands for ``replaces`` (file names in the same folder): readers
+    that see it skip those, so old and new are never counted together."""
+    import json
+
+    w = BucketWriter(bucket, host)
+    w.host = host  # already a sanitised path component
+    extra = {REPLACES_KEY: json.dumps(sorted(replaces)).encode()}
+    return w._write_file(table_name, day, data, extra, mark=COMPACT_MARK)
+
+
+def replaced_by(path: str | os.PathLike[str]) -> list[str]:
+    """The file names a compacted file stands for (empty for an ordinary file)."""
+    import json
+
+    md = pq.read_schema(path).metadata or {}
+    raw = md.get(REPLACES_KEY)
+    return list(json.loads(raw)) if raw else []
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -1,0 +1,93 @@
+"""`leakreport compact`: merge a finished day's many small per-run files.
+
+Per table/date/host folder: read every file, write one sorted file that names
+the files it replaces in its Parquet metadata, check its row count, and only
+then delete the originals. Readers skip replaced files as soon as the new one
+exists, so at every instant they count each row once: old files, or the new
+one, never both and never neither. A crash leaves the new file plus originals
+that readers already skip; the next run deletes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.schema import TABLES, table
+from collector.writer import COMPACT_MARK, TMP_PREFIX, replaced_by, to_arrow, write_compacted
+
+
+class CompactError(Exception):
+    pass
+
+
+@dataclass
+class Result:
+    folders: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    rows: int = 0
+
+
+def _folders(bucket: Path, before: dt.date):
+    for name in TABLES:
+        for date_dir in sorted((bucket / name).glob("date=*")):
+            try:
+                day = dt.date.fromisoformat(date_dir.name[5:])
+            except ValueError:
+                continue
+            if day < before:
+                for host_dir in sorted(date_dir.glob("host=*")):
+                    yield name, day, host_dir
+
+
+def compact_folder(name: str, day: dt.date, folder: Path) -> tuple[int, int, int]:
+    files = sorted(f for f in folder.glob("*.parquet") if not f.name.startswith(TMP_PREFIX))
+    gone = {n for f in files if COMPACT_MARK in f.name for n in replaced_by(f)}
+    for f in files:  # finish what a crashed run left: originals already replaced
+        if f.name in gone:
+            f.unlink()
+    live = [f for f in files if f.name not in gone]
+    if len(live) <= 1:
+        return len(files), len(live), 0
+    parts = [to_arrow(name, pq.read_table(f).replace_schema_metadata(None)) for f in live]
+    data = pa.concat_tables(parts).sort_by(table(name).time_column)
+    expected = sum(p.num_rows for p in parts)
+    replaces = sorted(
+        {f.name for f in live} | {n for f in live if COMPACT_MARK in f.name for n in replaced_by(f)}
+    )
+    new = write_compacted(folder.parents[2], folder.name[5:], name, day, data, replaces)
+    got = pq.read_metadata(new).num_rows
+    if got != expected:
+        new.unlink()
+        raise CompactError(f"{new}: wrote {got} rows for {expected}; originals kept")
+    for f in live:
+        f.unlink()
+    return len(files), 1, got
+
+
+def compact(
+    bucket: str | os.PathLike[str],
+    before: dt.date | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
+    root = Path(bucket)
+    if not root.is_dir():
+        raise CompactError(f"{root}: no such bucket folder (compaction works on local buckets)")
+    before = before or dt.datetime.now(dt.UTC).date()  # today is not finished
+    res = Result()
+    for name, day, folder in _folders(root, before):
+        n_before, n_after, rows = compact_folder(name, day, folder)
+        res.folders += 1
+        res.files_before += n_before
+        res.files_after += n_after
+        res.rows += rows
+        if progress and n_before != n_after:
+            progress(f"{name}/{day}/{folder.name}: {n_before} -> {n_after} files ({rows} rows)")
+    return res

@@ -1,0 +1,100 @@
+"""`leakreport compact`: fewer files, same answers, and readers never count a row twice."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import pytest
+
+from analyzer import compact as compact_mod
+from analyzer.bucket import open_bucket
+from analyzer.packs import load_packs
+from analyzer.runner import analyze
+from analyzer.sim.generate import simulate
+
+NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+
+
+def _doc(bucket) -> str:
+    d = analyze(bucket, load_packs(), now=NOW).to_dict()
+    d["run"].pop("tables")
+    for r in d["run"]["rules"]:
+        r.pop("duration_s")
+    return json.dumps(d, sort_keys=True)
+
+
+def _counts(bucket) -> dict[str, int]:
+    con, _ = open_bucket(bucket)
+    return {
+        t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+        for t in ("gpu_samples", "log_lines")
+    }
+
+
+def test_compaction_keeps_every_answer(tmp_path) -> None:
+    simulate("fast-image-processor-leak", tmp_path, hosts=1, hours=3, seed=2)
+    before_files = len(list(tmp_path.rglob("*.parquet")))
+    before = (_doc(tmp_path), _counts(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "compact", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    after_files = len(list(tmp_path.rglob("*.parquet")))
+    assert after_files < before_files and after_files == len(
+        {p.parent for p in tmp_path.rglob("*.parquet")}
+    )
+    assert (_doc(tmp_path), _counts(tmp_path)) == before
+    again = compact_mod.compact(tmp_path)  # nothing left to do
+    assert again.files_before == again.files_after
+
+
+def test_crash_after_the_new_file_counts_rows_once(tmp_path, monkeypatch) -> None:
+    simulate("healthy-static", tmp_path, hosts=1, hours=3, seed=2)
+    expected = _counts(tmp_path)
+    real_unlink = type(tmp_path).unlink
+
+    def crash(self, *a, **k):  # die before the first original is deleted
+        if "-compact-" not in self.name:
+            raise KeyboardInterrupt("killed")
+        return real_unlink(self, *a, **k)
+
+    monkeypatch.setattr(type(tmp_path), "unlink", crash)
+    with pytest.raises(KeyboardInterrupt):
+        compact_mod.compact(tmp_path)
+    monkeypatch.undo()
+    assert _counts(tmp_path) == expected  # new file and originals side by side: each row once
+    compact_mod.compact(tmp_path)  # the next run finishes the job
+    assert _counts(tmp_path) == expected
+
+
+def test_row_count_mismatch_keeps_the_originals(tmp_path, monkeypatch) -> None:
+    simulate("healthy-static", tmp_path, hosts=1, hours=2, seed=2)
+    files = sorted(tmp_path.rglob("gpu_samples-*.parquet"))
+
+    class Short:
+        num_rows = -1
+
+    monkeypatch.setattr(compact_mod.pq, "read_metadata", lambda p: Short())
+    with pytest.raises(compact_mod.CompactError, match="originals kept"):
+        compact_mod.compact(tmp_path)
+    assert all(f.exists() for f in files)
+
+
+def test_today_is_left_alone(tmp_path) -> None:
+    simulate(
+        "healthy-static",
+        tmp_path,
+        hosts=1,
+        hours=2,
+        seed=2,
+        start=dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0),
+    )
+    n = len(list(tmp_path.rglob("*.parquet")))
+    compact_mod.compact(tmp_path)
+    assert len(list(tmp_path.rglob("*.parquet"))) == n
