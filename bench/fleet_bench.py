@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import math
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,29 +51,12 @@ def main(out: str, gpus: int = 1000, hours: float = 2.0) -> None:
         write_fleet(view, page)
         res["fleet_render_s"] = round(time.perf_counter() - t0, 3)
         res["fleet_html_mb"] = round(page.stat().st_size / 2**20, 3)
-        chromium = shutil.which("chromium")
-        if chromium:
-            with tempfile.TemporaryDirectory() as profile:
-                t0 = time.perf_counter()
-                subprocess.run(
-                    [
-                        chromium,
-                        "--headless",
-                        "--no-sandbox",
-                        "--disable-gpu",
-                        "--disable-background-networking",
-                        "--disable-component-update",
-                        "--disable-sync",
-                        "--no-first-run",
-                        f"--user-data-dir={profile}",
-                        "--dump-dom",
-                        page.as_uri(),
-                    ],
-                    capture_output=True,
-                    timeout=300,
-                    check=True,
-                )
-                res["browser_load_s"] = round(time.perf_counter() - t0, 2)
+        from reports import browser
+
+        if browser.CHROMIUM:
+            t0 = time.perf_counter()
+            browser.run(page, "--dump-dom", timeout=300).check_returncode()
+            res["browser_load_s"] = round(time.perf_counter() - t0, 2)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

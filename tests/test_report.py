@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, HostInfo, RunInfo
+from reports import browser
 from reports.render import render_report, write_report
 
 FIXED = "2026-12-01T00:00:00Z"
@@ -97,56 +96,18 @@ def test_reports_do_not_load_duckdb_or_polars() -> None:
     assert not mods & {"duckdb", "polars", "pyarrow"}
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+    browser.CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
 )
 def test_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> None:
     page = write_report(sim_doc, tmp_path / "report.html", generated_at=FIXED)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report.png"
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-quic",
-        "--proxy-server=127.0.0.1:9",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--enable-logging=stderr",
-        "--v=0",
-    ]
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(
-            [CHROMIUM, *flags, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    dom = browser.run(page, "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count("<svg") >= len(sim_doc.findings) and "<polyline" in dom.stdout
-    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
-    assert not console, console
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                CHROMIUM,
-                *flags,
-                f"--user-data-dir={profile}",
-                f"--screenshot={shot}",
-                "--window-size=1280,2400",
-                page.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
+    assert not browser.console_errors(dom)
+    assert browser.run(page, f"--screenshot={shot}", "--window-size=1280,2400").returncode == 0
     assert shot.stat().st_size > 20_000  # a blank page is a few KB
 
 
@@ -181,37 +142,14 @@ def test_data_gaps_reach_the_summary(tmp_path) -> None:
 
 
 @pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+    browser.CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
 )
 def test_fleet_report_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> None:
     from analyzer.fleet import build
     from reports.fleet import write_fleet
 
-    page = write_fleet(build("2026-W48", sim_doc), tmp_path / "fleet.html")
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--proxy-server=127.0.0.1:9",
-                "--enable-logging=stderr",
-                "--v=0",
-                f"--user-data-dir={profile}",
-                "--dump-dom",
-                page.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    view = build("2026-W48", sim_doc)
+    dom = browser.run(write_fleet(view, tmp_path / "fleet.html"), "--dump-dom")
     assert dom.returncode == 0
-    assert "Cohorts" in dom.stdout and dom.stdout.count("<svg") >= len(
-        build("2026-W48", sim_doc).cohorts
-    )
-    assert not [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert "Cohorts" in dom.stdout and dom.stdout.count("<svg") >= len(view.cohorts)
+    assert not browser.console_errors(dom)
