@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from collector import __version__, exitcodes
+from collector.probecli import probe
 
 DEFAULT_STATE = (
     Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "leakcollect"
@@ -94,6 +95,20 @@ def cli() -> None:
 @click.option("--proc-root", default="/proc", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-gpu", is_flag=True, help="Skip NVML on purpose.")
 @click.option(
+    "--probe-spool",
+    type=click.Path(file_okay=False),
+    help="The allocator probe's spool folder (see `leakcollect probe env`): move its records in.",
+)
+@click.option(
+    "--probe-url",
+    "probe_urls",
+    multiple=True,
+    help="Send one tiny request per run and record its latency: /health, /v1/models, "
+    "or .../chat/completions for a 1-token completion (repeatable).",
+)
+@click.option("--probe-timeout", default=10.0, show_default=True, type=click.FloatRange(0.1, 300))
+@click.option("--probe-model", help="Model name for a completion --probe-url.")
+@click.option(
     "--state-dir",
     default=str(DEFAULT_STATE),
     show_default=True,
@@ -111,6 +126,10 @@ def run(
     metrics_timeout: float,
     proc_root: str,
     no_gpu: bool,
+    probe_spool: str | None,
+    probe_urls: tuple[str, ...],
+    probe_timeout: float,
+    probe_model: str | None,
     state_dir: str,
 ) -> None:
     """Sample for --duration seconds, then write one file per table."""
@@ -135,6 +154,10 @@ def run(
             proc_root=Path(proc_root),
             no_gpu=no_gpu,
             metrics_timeout=metrics_timeout,
+            probe_spool=probe_spool,
+            probe_urls=list(probe_urls),
+            probe_timeout=probe_timeout,
+            probe_model=probe_model,
         )
         sys.exit(collect(cfg))
     finally:
@@ -252,6 +275,9 @@ def import_log(file: str, host: str, bucket: str, year: int | None) -> None:
     from collector.importers import server_log
 
     _write(bucket, host, "log_lines", server_log(file, host, year=year))
+
+
+cli.add_command(probe)
 
 
 def main() -> None:

@@ -20,12 +20,12 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from collector import __version__, exitcodes, logtail, scrape
+from collector import __version__, exitcodes, httpprobe, logtail, scrape, spool
 from collector.nvml import Nvml, NvmlUnavailable
 from collector.procfs import ProcFS
 from collector.writer import BucketWriter
 
-SOURCES = ("nvml", "procfs", "logs", "metrics")
+SOURCES = ("nvml", "procfs", "logs", "metrics", "allocator", "http_probe")
 
 
 @dataclass
@@ -40,6 +40,10 @@ class Config:
     proc_root: Path = Path("/proc")
     no_gpu: bool = False
     metrics_timeout: float = 2.0
+    probe_spool: str | None = None  # the allocator probe's spool folder
+    probe_urls: list[str] = field(default_factory=list)
+    probe_timeout: float = 10.0
+    probe_model: str | None = None
 
 
 class LockHeld(Exception):
@@ -65,6 +69,14 @@ def acquire_lock(state_dir: Path) -> IO[str]:
     return f
 
 
+def _snapshot_pid(name: str) -> int:
+    """``snapshot-<host>-<pid>-<time>.pickle`` -> pid (the host may contain dashes)."""
+    try:
+        return int(name.rsplit("-", 2)[-2])
+    except (IndexError, ValueError):
+        return 0
+
+
 @dataclass
 class _Status:
     rows: int = 0
@@ -87,6 +99,7 @@ def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None
             "processes",
             "metric_samples",
             "log_lines",
+            "http_probes",
         )
     }
     status = {s: _Status() for s in SOURCES}
@@ -153,6 +166,19 @@ def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None
                 if r.error and r.error not in status["metrics"].errors:
                     status["metrics"].errors.append(r.error)
                 status["metrics"].seconds += time.perf_counter() - s0
+            if not cfg.probe_urls:
+                status["http_probe"].skipped = True
+            elif not tables["http_probes"]:  # one request per run
+                for url in cfg.probe_urls:
+                    s0 = time.perf_counter()
+                    row = httpprobe.probe(
+                        url, now, cfg.host, cfg.probe_timeout, model=cfg.probe_model
+                    )
+                    tables["http_probes"].append(row)
+                    status["http_probe"].rows += 1
+                    if row["status"] is None:
+                        status["http_probe"].errors.append(f"{url}: {row.get('error')}")
+                    status["http_probe"].seconds += time.perf_counter() - s0
             if stop["now"] or time.monotonic() + cfg.interval > deadline:
                 break
             time.sleep(max(0.0, cfg.interval - (time.monotonic() - t0)))
@@ -176,16 +202,40 @@ def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None
         if tr.cursor is not None:
             new_cursors[path] = tr.cursor
         status["logs"].seconds += time.perf_counter() - s0
+    drained = spool.Drained()
+    if cfg.probe_spool is None:
+        status["allocator"].skipped = True
+    else:
+        s0 = time.perf_counter()
+        drained = spool.drain(cfg.probe_spool, cfg.host)
+        tables["allocator_samples"] = drained.rows
+        status["allocator"].rows = len(drained.rows)
+        status["allocator"].errors += drained.errors
+        status["allocator"].seconds = time.perf_counter() - s0
     writer = BucketWriter(cfg.bucket, cfg.host)
     written = 0
     try:
         for name, rows in tables.items():
             written += len(writer.write(name, rows))
+        snaps = []
+        for snap in drained.snapshots:
+            where = writer.put_file("snapshots", now.date(), snap)
+            snaps.append(
+                {"ts": now, "host": cfg.host, "pid": _snapshot_pid(snap.name), "path": where}
+                | {"size_bytes": snap.stat().st_size}
+            )
+            written += 1
+        written += len(writer.write("allocator_snapshots", snaps))
     except OSError as e:
         say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
         signal.signal(signal.SIGTERM, old)
         return exitcodes.NOTHING
     logtail.save_cursors(cursor_file, new_cursors)
+    for f in drained.files + drained.snapshots:  # only now that the bucket has them
+        try:
+            f.unlink()
+        except OSError as e:
+            status["allocator"].errors.append(f"{f}: not removed from the spool: {e}")
     finished = dt.datetime.now(dt.UTC)
     runs = []
     for src, st in status.items():

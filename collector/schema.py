@@ -148,6 +148,56 @@ LOG_LINES = Table(
     key=("host", "file", "inode", "offset"),
 )
 
+ALLOCATOR_SAMPLES = Table(
+    "allocator_samples",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("pid", pa.int64(), False),
+        ("device", pa.int32(), False),
+        ("gpu_uuid", pa.string(), True),
+        ("role", pa.string(), True),
+        ("allocated_bytes", pa.int64(), True),
+        ("reserved_bytes", pa.int64(), True),
+        ("max_allocated_bytes", pa.int64(), True),
+        ("alloc_retries", pa.int64(), True),
+        ("ooms", pa.int64(), True),
+        ("inactive_split_bytes", pa.int64(), True),
+        ("gc_collections", pa.int64(), True),
+        ("dropped", pa.int64(), True),
+    ),
+    "ts",
+    "PyTorch caching-allocator figures per process and device, from the in-process probe.",
+    key=("host", "pid", "device", "ts"),
+)
+
+ALLOCATOR_SNAPSHOTS = Table(
+    "allocator_snapshots",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("pid", pa.int64(), False),
+        ("path", pa.string(), False),
+        ("size_bytes", pa.int64(), True),
+    ),
+    "ts",
+    "PyTorch memory snapshots the probe wrote on request, and where they are in the bucket.",
+)
+
+HTTP_PROBES = Table(
+    "http_probes",
+    _schema(
+        ("ts", TS, False),
+        ("host", pa.string(), False),
+        ("url", pa.string(), False),
+        ("status", pa.int32(), True),
+        ("latency_s", pa.float64(), True),
+        ("error", pa.string(), True),
+    ),
+    "ts",
+    "One tiny request to the server per collector run: latency and HTTP status.",
+)
+
 COLLECTOR_RUNS = Table(
     "collector_runs",
     _schema(
@@ -175,6 +225,9 @@ TABLES: dict[str, Table] = {
         PROCESSES,
         METRIC_SAMPLES,
         LOG_LINES,
+        ALLOCATOR_SAMPLES,
+        ALLOCATOR_SNAPSHOTS,
+        HTTP_PROBES,
         COLLECTOR_RUNS,
     )
 }

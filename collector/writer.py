@@ -159,6 +159,27 @@ class BucketWriter:
         pq.write_table(data, key, filesystem=self.s3, compression="zstd")
         return Path("s3://" + key)
 
+    def put_file(self, kind: str, day: dt.date, src: Path) -> str:
+        """Copy a file that is not a table (a memory snapshot) to
+        ``<bucket>/<kind>/date=.../host=.../<name>``, atomically; returns where it went."""
+        data = src.read_bytes()
+        if self.s3 is not None:
+            key = f"{self.s3_root}/{kind}/date={day.isoformat()}/host={self.host}/{src.name}"
+            with self.s3.open_output_stream(key.lstrip("/")) as out:
+                out.write(data)
+            return "s3://" + key.lstrip("/")
+        folder = self.root / kind / f"date={day.isoformat()}" / f"host={self.host}"
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / src.name
+        tmp = folder / f"{TMP_PREFIX}{src.name}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(folder)
+        return str(final)
+
 
 def _fsync_dir(folder: Path) -> None:
     try:

@@ -1,0 +1,298 @@
+"""leakreport's in-process PyTorch allocator probe. Standard library only.
+
+Loaded into every Python process of an inference server by the
+``sitecustomize`` next to this file (``leakcollect probe env`` prints the
+environment that puts this folder on ``PYTHONPATH``). It costs nothing until
+the process has initialised CUDA through torch: torch is never imported here,
+only looked up in ``sys.modules``. Then a daemon thread samples, per device,
+what the caching allocator holds (allocated), what it has taken from the
+driver (reserved), the peak, allocation retries, OOMs and inactive split
+bytes, and appends one JSON line per device to a spool folder. Files rotate
+every minute (or at ``max_file_bytes``) and are renamed from ``.jsonl.part``
+to ``.jsonl`` when closed; the collector moves closed files into the bucket.
+
+It never raises into the host process: a spool folder that is missing and
+cannot be made, read-only or full disables the probe with one warning; a
+spool over its size cap drops records (counted in the next one written).
+
+A trigger file ``snapshot-<pid>.trigger`` in the spool folder makes the probe
+record allocation history for a while and dump a PyTorch memory snapshot
+(``snapshot-<host>-<pid>-<time>.pickle``) next to the spool files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+ENV_SPOOL = "LEAKREPORT_PROBE_SPOOL"
+ENV_INTERVAL = "LEAKREPORT_PROBE_INTERVAL_S"
+ENV_MAX_MB = "LEAKREPORT_PROBE_SPOOL_MAX_MB"
+PART = ".jsonl.part"
+DONE = ".jsonl"
+ROLE_WORDS = (
+    ("detokenizer", "detokenizer"),
+    ("tokenizer", "tokenizer"),
+    ("scheduler", "scheduler"),
+    ("enginecore", "engine_core"),
+    ("engine_core", "engine_core"),
+    ("worker", "worker"),
+    ("launch_server", "server"),
+    ("api_server", "server"),
+    ("vllm serve", "server"),
+)
+
+Stats = Callable[[], "list[dict[str, Any]] | None"]
+
+
+def torch_stats() -> list[dict[str, Any]] | None:
+    """Per-device allocator figures, or None while torch/CUDA is not initialised."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return None
+    out = []
+    current = cuda.current_device()
+    for d in range(cuda.device_count()):
+        reserved = int(cuda.memory_reserved(d))
+        if reserved == 0 and d != current:
+            continue  # a device this process does not use
+        st = cuda.memory_stats(d)
+        try:
+            uuid: str | None = "GPU-" + str(cuda.get_device_properties(d).uuid)
+        except Exception:  # older torch: no uuid
+            uuid = None
+        out.append(
+            {
+                "device": d,
+                "gpu_uuid": uuid,
+                "allocated": int(cuda.memory_allocated(d)),
+                "reserved": reserved,
+                "max_allocated": int(cuda.max_memory_allocated(d)),
+                "alloc_retries": int(st.get("num_alloc_retries", 0)),
+                "ooms": int(st.get("num_ooms", 0)),
+                "inactive_split": int(st.get("inactive_split_bytes.all.current", 0)),
+            }
+        )
+    return out
+
+
+def torch_snapshot_start(max_entries: int) -> None:
+    import torch  # only reached when torch is already loaded
+
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+
+
+def torch_snapshot_dump(path: str) -> None:
+    import torch
+
+    try:
+        torch.cuda.memory._dump_snapshot(path)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def role_hint(argv: list[str] | None = None, comm: str | None = None) -> str:
+    """What this process is in the server, from its title and command line."""
+    if comm is None:
+        try:
+            with open("/proc/self/comm", encoding="utf-8", errors="replace") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = ""
+    text = (comm + " " + " ".join(argv if argv is not None else sys.argv)).lower()
+    for word, role in ROLE_WORDS:
+        if word in text:
+            return role
+    return "other"
+
+
+class Probe:
+    def __init__(
+        self,
+        spool: str,
+        interval_s: float = 5.0,
+        stats: Stats = torch_stats,
+        snapshot_start: Callable[[int], None] = torch_snapshot_start,
+        snapshot_dump: Callable[[str], None] = torch_snapshot_dump,
+        max_file_bytes: int = 256 * 1024,
+        max_spool_bytes: int = 64 * 1024 * 1024,
+        rotate_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.spool = spool
+        self.interval_s = interval_s
+        self.stats = stats
+        self.snapshot_start = snapshot_start
+        self.snapshot_dump = snapshot_dump
+        self.max_file_bytes = max_file_bytes
+        self.max_spool_bytes = max_spool_bytes
+        self.rotate_s = rotate_s
+        self.clock = clock
+        self.warn = warn or (lambda m: sys.stderr.write(m + "\n"))
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.role = role_hint()
+        self.disabled: str | None = None
+        self.dropped = 0
+        self.written = 0
+        self._file: Any = None
+        self._path = ""
+        self._opened = 0.0
+        self._snap: tuple[float, str] | None = None  # (dump at, path)
+        self._lock = threading.Lock()
+
+    # -- spool files -------------------------------------------------------
+    def _disable(self, why: str) -> None:
+        if self.disabled is None:
+            self.disabled = why
+            self.warn(f"leakprobe: disabled in pid {self.pid}: {why}")
+        self._close(rename=False)
+
+    def _spool_bytes(self) -> int:
+        total = 0
+        with os.scandir(self.spool) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+        return total
+
+    def _open(self, now: float) -> bool:
+        os.makedirs(self.spool, exist_ok=True)
+        if self._spool_bytes() >= self.max_spool_bytes:
+            return False
+        base = f"alloc-{self.host}-{self.pid}-{int(now * 1000)}"
+        self._path = os.path.join(self.spool, base + PART)
+        self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+        self._opened = now
+        return True
+
+    def _close(self, rename: bool = True) -> None:
+        f, self._file = self._file, None
+        if f is None:
+            return
+        try:
+            f.close()
+            if rename:
+                os.replace(self._path, self._path[: -len(PART)] + DONE)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked child: the parent's file is not ours to close
+        with self._lock:
+            self._close()
+
+    # -- sampling ----------------------------------------------------------
+    def _gc(self) -> dict[str, int]:
+        st = gc.get_stats()
+        return {
+            "gc_collections": sum(int(g.get("collections", 0)) for g in st),
+        }
+
+    def sample_once(self) -> int:
+        """Take one sample; returns the records written. Never raises."""
+        if self.disabled:
+            return 0
+        try:
+            devices = self.stats()
+        except Exception as e:  # the stats source failing is not the host's problem
+            self._disable(f"reading allocator stats failed: {e!r}")
+            return 0
+        if not devices:
+            return 0
+        now = self.clock()
+        with self._lock:
+            try:
+                self._check_snapshot(now)
+                if self._file is not None and (
+                    now - self._opened >= self.rotate_s or self._file.tell() >= self.max_file_bytes
+                ):
+                    self._close()
+                if self._file is None and not self._open(now):
+                    self.dropped += len(devices)
+                    return 0
+                common = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
+                common.update(role=self.role, **self._gc())
+                if self.dropped:
+                    common["dropped"], self.dropped = self.dropped, 0
+                lines = "".join(
+                    json.dumps({**common, **d}, separators=(",", ":")) + "\n" for d in devices
+                )
+                self._file.write(lines)
+                self._file.flush()
+                self.written += len(devices)
+                return len(devices)
+            except OSError as e:
+                self._disable(f"spool folder {self.spool}: {e}")
+                return 0
+
+    def _check_snapshot(self, now: float) -> None:
+        if self._snap is not None:
+            at, path = self._snap
+            if now >= at:
+                self._snap = None
+                try:
+                    self.snapshot_dump(path + ".part")
+                    os.replace(path + ".part", path)
+                except Exception as e:
+                    self.warn(f"leakprobe: memory snapshot failed in pid {self.pid}: {e!r}")
+            return
+        trigger = os.path.join(self.spool, f"snapshot-{self.pid}.trigger")
+        if not os.path.exists(trigger):
+            return
+        try:
+            with open(trigger, encoding="utf-8") as f:
+                req = json.loads(f.read() or "{}")
+            os.unlink(trigger)
+            seconds = float(req.get("seconds", 30))
+            self.snapshot_start(int(req.get("max_entries", 100_000)))
+        except Exception as e:
+            self.warn(f"leakprobe: memory snapshot request ignored in pid {self.pid}: {e!r}")
+            return
+        name = f"snapshot-{self.host}-{self.pid}-{int(now)}.pickle"
+        self._snap = (now + seconds, os.path.join(self.spool, name))
+
+    def loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval_s):
+            self.sample_once()
+        self.close()
+
+
+_started: dict[str, Any] = {}
+
+
+def start(spool: str | None = None, interval_s: float | None = None) -> Probe | None:
+    """Start the probe thread in this process (once); None when not configured."""
+    try:
+        spool = spool or os.environ.get(ENV_SPOOL)
+        if not spool or "probe" in _started:
+            return _started.get("probe")
+        interval = interval_s or float(os.environ.get(ENV_INTERVAL) or 5.0)
+        cap = int(float(os.environ.get(ENV_MAX_MB) or 64) * 1024 * 1024)
+        probe = Probe(spool, interval_s=max(interval, 0.05), max_spool_bytes=cap)
+        stop = threading.Event()
+        t = threading.Thread(target=probe.loop, args=(stop,), name="leakprobe", daemon=True)
+        t.start()
+        atexit.register(probe.close)
+        _started.update(probe=probe, stop=stop)
+
+        def in_child() -> None:  # a forked child has no thread: start a new one
+            _started.clear()
+            start(spool, interval)
+
+        os.register_at_fork(after_in_child=in_child)
+        return probe
+    except Exception as e:  # never break the host process
+        sys.stderr.write(f"leakprobe: not started: {e!r}\n")
+        return None

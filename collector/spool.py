@@ -1,0 +1,104 @@
+"""Move the allocator probe's spool files into the bucket.
+
+The probe (``collector/probe_hook/leakprobe.py``) appends JSON lines to
+``alloc-*.jsonl.part`` and renames each file to ``.jsonl`` when it closes it.
+A collector run reads the closed files (and ``.part`` files nobody has written
+for ``stale_s``: their process died), turns them into ``allocator_samples``
+rows, and deletes them only after the bucket write succeeded; the table's key
+makes a repeat after a crash harmless. Memory snapshots are copied into the
+bucket as files and listed in ``allocator_snapshots``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.probe_hook.leakprobe import DONE, PART
+
+INT_FIELDS = {
+    "allocated": "allocated_bytes",
+    "reserved": "reserved_bytes",
+    "max_allocated": "max_allocated_bytes",
+    "alloc_retries": "alloc_retries",
+    "ooms": "ooms",
+    "inactive_split": "inactive_split_bytes",
+    "gc_collections": "gc_collections",
+    "dropped": "dropped",
+}
+MAX_ERRORS = 5
+
+
+@dataclass
+class Drained:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # spool files to delete once written
+    snapshots: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    bad_lines: int = 0
+
+
+def _record(rec: Any, host: str) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise ValueError("not a JSON object")
+    row: dict[str, Any] = {
+        "ts": dt.datetime.fromtimestamp(float(rec["ts"]), dt.UTC),
+        "host": host,
+        "pid": int(rec["pid"]),
+        "device": int(rec["device"]),
+        "gpu_uuid": None if rec.get("gpu_uuid") is None else str(rec["gpu_uuid"]),
+        "role": None if rec.get("role") is None else str(rec["role"])[:64],
+    }
+    for src, dst in INT_FIELDS.items():
+        v = rec.get(src)
+        row[dst] = None if v is None else int(v)
+    return row
+
+
+def drain(spool: str | os.PathLike[str], host: str, stale_s: float = 300.0) -> Drained:
+    """Read what the probe has finished writing. Never deletes anything."""
+    out = Drained()
+    folder = Path(spool)
+    try:
+        entries = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return out  # no process has started the probe yet
+    except OSError as e:
+        out.errors.append(f"{folder}: {e}")
+        return out
+    now = time.time()
+    for f in entries:
+        name = f.name
+        if name.startswith("snapshot-") and name.endswith(".pickle"):
+            out.snapshots.append(f)
+            continue
+        if not name.startswith("alloc-"):
+            continue
+        try:
+            if name.endswith(PART) and now - f.stat().st_mtime < stale_s:
+                continue  # still being written
+            if not (name.endswith(DONE) or name.endswith(PART)):
+                continue
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            out.errors.append(f"{f}: {e}")
+            continue
+        lines = text.split("\n")
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.rows.append(_record(json.loads(line), host))
+            except (ValueError, KeyError, TypeError, OverflowError) as e:
+                if i == len(lines):
+                    continue  # a last line cut short when its process died
+                out.bad_lines += 1
+                if len(out.errors) < MAX_ERRORS:
+                    out.errors.append(f"{f}:{i}: bad probe record: {e}")
+        out.files.append(f)
+    return out

@@ -1,0 +1,337 @@
+"""The allocator probe: its sampling loop with an injected stats source, and for
+real from there on: a child Python process started with the environment that
+`leakcollect probe env` prints, a collector run that moves the spool into the
+bucket, and the analyzer reading it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.bucket import open_bucket
+from collector.cli import cli
+from collector.probe_hook import leakprobe
+from collector.run import Config, collect
+from collector.spool import drain
+
+MIB = 1 << 20
+
+
+class FakeStats:
+    """Stands in for torch.cuda: allocated grows by 1 MiB per sample."""
+
+    def __init__(self, devices: int = 1) -> None:
+        self.n = 0
+        self.devices = devices
+
+    def __call__(self) -> list[dict[str, int | str | None]]:
+        self.n += 1
+        return [
+            {
+                "device": d,
+                "gpu_uuid": f"GPU-{d}",
+                "allocated": self.n * MIB,
+                "reserved": 64 * MIB,
+                "max_allocated": self.n * MIB,
+                "alloc_retries": 0,
+                "ooms": 0,
+                "inactive_split": 0,
+            }
+            for d in range(self.devices)
+        ]
+
+
+def _records(spool: Path) -> list[dict[str, object]]:
+    out = []
+    for f in sorted(spool.glob("alloc-*")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line]
+    return out
+
+
+def test_sampling_writes_rotates_and_renames(tmp_path: Path) -> None:
+    clock = [1000.0]
+    p = leakprobe.Probe(
+        str(tmp_path / "spool"), stats=FakeStats(2), rotate_s=10, clock=lambda: clock[0]
+    )
+    for _ in range(5):
+        assert p.sample_once() == 2
+        clock[0] += 4
+    p.close()
+    files = sorted((tmp_path / "spool").iterdir())
+    assert len(files) == 2  # rotated after 10 s, both closed
+    assert all(f.name.endswith(".jsonl") for f in files)
+    recs = _records(tmp_path / "spool")
+    assert len(recs) == 10
+    assert {r["device"] for r in recs} == {0, 1}
+    assert recs[0]["pid"] == os.getpid() and "gc_collections" in recs[0]
+    assert [r["allocated"] for r in recs if r["device"] == 0] == [n * MIB for n in range(1, 6)]
+
+
+def test_nothing_until_cuda_is_initialised(tmp_path: Path) -> None:
+    p = leakprobe.Probe(str(tmp_path / "spool"), stats=lambda: None)
+    assert p.sample_once() == 0
+    assert not (tmp_path / "spool").exists()  # not even the folder
+
+
+def test_spool_cap_drops_and_counts(tmp_path: Path) -> None:
+    clock = [0.0]
+    p = leakprobe.Probe(
+        str(tmp_path), stats=FakeStats(), rotate_s=1, max_spool_bytes=600, clock=lambda: clock[0]
+    )
+    written = 0
+    for _ in range(20):
+        written += p.sample_once()
+        clock[0] += 1
+    p.close()
+    recs = _records(tmp_path)
+    assert 0 < written == len(recs) < 20
+    assert sum(f.stat().st_size for f in tmp_path.iterdir()) < 600 + 400  # one record past
+    assert p.dropped == 20 - written  # counted, to be reported when there is room again
+    assert p.disabled is None
+
+
+@pytest.mark.parametrize("where", ["a_file", "read_only_fs"])
+def test_broken_spool_disables_with_one_warning(tmp_path: Path, where: str) -> None:
+    if where == "a_file":
+        spool = tmp_path / "not-a-dir"
+        spool.write_text("x")
+    else:
+        spool = Path("/sys/leakprobe-test-spool")  # sysfs: no new folders, even for root
+    warnings: list[str] = []
+    p = leakprobe.Probe(str(spool), stats=FakeStats(), warn=warnings.append)
+    for _ in range(3):
+        assert p.sample_once() == 0
+    assert p.disabled and len(warnings) == 1 and str(spool) in warnings[0]
+
+
+def test_full_disk_disables_the_probe(tmp_path: Path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        warnings: list[str] = []
+        p = leakprobe.Probe(
+            str(mnt), stats=FakeStats(8), max_file_bytes=1 << 30, warn=warnings.append
+        )
+        for _ in range(200):
+            p.sample_once()
+        assert p.disabled and "No space left" in p.disabled and len(warnings) == 1
+        assert p.written > 0
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_failing_stats_source_never_raises(tmp_path: Path) -> None:
+    def boom() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    warnings: list[str] = []
+    p = leakprobe.Probe(str(tmp_path), stats=boom, warn=warnings.append)  # type: ignore[arg-type]
+    assert p.sample_once() == 0 and p.sample_once() == 0
+    assert len(warnings) == 1 and "illegal memory access" in warnings[0]
+
+
+def test_snapshot_on_trigger(tmp_path: Path) -> None:
+    clock = [100.0]
+    calls: list[object] = []
+    p = leakprobe.Probe(
+        str(tmp_path),
+        stats=FakeStats(),
+        snapshot_start=lambda n: calls.append(("start", n)),
+        snapshot_dump=lambda path: Path(path).write_bytes(b"snapshot"),
+        clock=lambda: clock[0],
+    )
+    p.sample_once()
+    r = CliRunner().invoke(
+        cli,
+        [
+            "probe",
+            "snapshot",
+            "--pid",
+            str(os.getpid()),
+            "--spool",
+            str(tmp_path),
+            "--seconds",
+            "5",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    p.sample_once()
+    assert calls == [("start", 100_000)]
+    assert not list(tmp_path.glob("*.trigger"))
+    clock[0] += 6
+    p.sample_once()
+    snaps = list(tmp_path.glob(f"snapshot-*-{os.getpid()}-*.pickle"))
+    assert len(snaps) == 1 and snaps[0].read_bytes() == b"snapshot"
+
+
+def test_role_hints() -> None:
+    assert leakprobe.role_hint([], "sglang::scheduler_TP0") == "scheduler"
+    assert leakprobe.role_hint([], "sglang::detokenizer") == "detokenizer"
+    assert leakprobe.role_hint(["python3"], "VLLM::EngineCore") == "engine_core"
+    assert leakprobe.role_hint(["vllm", "serve", "m"], "python3") == "server"
+    assert leakprobe.role_hint(["python3", "train.py"], "python3") == "other"
+    assert leakprobe.role_hint(["-m", "sglang.launch_server"], "python3") == "server"
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    import leakprobe  # already imported and started by sitecustomize
+    probe = leakprobe._started["probe"]
+    n = [0]
+    def stats():  # the injected stats source (no GPU here)
+        n[0] += 1
+        return [{"device": 0, "gpu_uuid": None, "allocated": n[0] << 20,
+                 "reserved": 64 << 20, "max_allocated": n[0] << 20,
+                 "alloc_retries": 0, "ooms": 0, "inactive_split": 0}]
+    probe.stats = stats
+    pid = os.fork()  # a forked worker gets a probe of its own
+    if pid == 0:
+        leakprobe._started["probe"].stats = stats
+        time.sleep(0.6)
+        os._exit(0)
+    time.sleep(0.6)
+    os.waitpid(pid, 0)
+    print(os.getpid(), pid)
+    """
+)
+
+
+def _probe_env(spool: Path) -> dict[str, str]:
+    r = CliRunner().invoke(
+        cli, ["probe", "env", "--spool", str(spool), "--interval", "0.05", "--format", "env"]
+    )
+    assert r.exit_code == 0, r.output
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    for line in r.output.splitlines():
+        k, _, v = line.partition("=")
+        env[k] = v
+    return env
+
+
+def test_child_process_records_reach_the_bucket(tmp_path: Path) -> None:
+    spool, bucket = tmp_path / "spool", tmp_path / "bucket"
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        env=_probe_env(spool),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    parent, child = (int(x) for x in r.stdout.split())
+    assert "leakprobe" not in r.stderr  # no warnings
+    # the parent closed its file at exit; the forked child left by os._exit (as
+    # multiprocessing children do), so its file is taken once nobody writes it
+    assert [int(f.name.rsplit("-", 2)[1]) for f in spool.glob("*.jsonl")] == [parent]
+    (part,) = spool.glob("*.jsonl.part")
+    assert int(part.name.rsplit("-", 2)[1]) == child
+    old = time.time() - 600
+    os.utime(part, (old, old))
+    cfg = Config(bucket=str(bucket), host="gpu-1", state_dir=tmp_path / "st", no_gpu=True)
+    cfg.probe_spool = str(spool)
+    assert collect(cfg, say=lambda m: None) == 0
+    assert not list(spool.iterdir())  # moved, not copied
+    con, counts = open_bucket(bucket)
+    assert counts["allocator_samples"] == 1
+    rows = con.execute(
+        "SELECT pid, count(*), max(allocated_bytes) > min(allocated_bytes) "
+        "FROM allocator_samples GROUP BY pid ORDER BY pid"
+    ).fetchall()
+    assert sorted(p for p, _, _ in rows) == sorted([parent, child])
+    assert all(n >= 3 and grew for _, n, grew in rows)
+    status = con.execute(
+        "SELECT status, rows FROM collector_runs WHERE source = 'allocator'"
+    ).fetchall()
+    assert status == [("ok", sum(n for _, n, _ in rows))]
+
+
+def test_child_with_a_broken_spool_runs_normally(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    bad = tmp_path / "a-file" / "spool"
+    code = CHILD.replace("print(os.getpid(), pid)", "print('fine', probe.disabled is not None)")
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_probe_env(bad),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0 and r.stdout.split() == ["fine", "True"]
+    assert r.stderr.count("leakprobe: disabled") >= 1
+
+
+def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE'] = 'ran'\n")
+    env = _probe_env(tmp_path / "spool")
+    env["PYTHONPATH"] += os.pathsep + str(other)
+    r = subprocess.run(
+        [sys.executable, "-c", "import os, leakprobe; print(os.environ.get('OTHER_SITE'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert r.stdout.strip() == "ran"
+
+
+def test_drain_names_bad_lines_and_tolerates_a_cut_last_line(tmp_path: Path) -> None:
+    good = '{"ts": 1.5, "pid": 7, "device": 0, "allocated": 5}'
+    (tmp_path / "alloc-h-7-1.jsonl").write_text(f"{good}\nnot json\n{good}\n{good[:20]}")
+    stale = tmp_path / "alloc-h-8-1.jsonl.part"  # its process died mid-file
+    stale.write_text(good.replace('"pid": 7', '"pid": 8') + "\n")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    (tmp_path / "alloc-h-9-1.jsonl.part").write_text(good + "\n")  # still being written
+    d = drain(tmp_path, "h")
+    assert [r["pid"] for r in d.rows] == [7, 7, 8]
+    assert d.bad_lines == 1 and d.errors == [
+        f"{tmp_path / 'alloc-h-7-1.jsonl'}:2: " + d.errors[0].split(":2: ")[1]
+    ]
+    assert len(d.files) == 2
+    assert drain(tmp_path / "missing", "h").rows == []
+
+
+def test_probe_env_is_shell_that_works(tmp_path: Path) -> None:
+    if not shutil.which("sh"):
+        pytest.skip("no sh")
+    r = CliRunner().invoke(cli, ["probe", "env", "--spool", str(tmp_path / "sp dir")])
+    script = (
+        r.output
+        + f'{sys.executable} -c "import leakprobe, os; print(os.environ[leakprobe.ENV_SPOOL])"\n'
+    )
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(tmp_path / "sp dir")
+
+
+def test_probe_thread_is_a_daemon_and_stops(tmp_path: Path) -> None:
+    p = leakprobe.Probe(str(tmp_path), interval_s=0.01, stats=FakeStats())
+    stop = threading.Event()
+    t = threading.Thread(target=p.loop, args=(stop,), daemon=True)
+    t.start()
+    time.sleep(0.2)
+    stop.set()
+    t.join(5)
+    assert not t.is_alive() and p.written > 3
+    assert list(tmp_path.glob("*.jsonl")) and not list(tmp_path.glob("*.part"))
