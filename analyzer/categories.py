@@ -7,6 +7,7 @@ CATEGORIES: dict[str, str] = {
     "leak.kv_pool": "KV-cache pool pages not reclaimed",
     "leak.host_rss": "Host memory (RSS) leak of the server process",
     "leak.cuda_context": "CUDA contexts or memory held by exited processes",
+    "leak.outside_allocator": "GPU memory outside PyTorch's allocator keeps growing",
     "cache.growth": "Allocator cache growth (not a leak)",
     "known_bug.fast_image_processor": "Known bug: SGLang fast image processor leak",
     "oom.forecast": "Out of memory forecast",

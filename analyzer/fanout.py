@@ -104,6 +104,7 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
     out.findings = sorted((f for d in docs for f in d.findings), key=Finding.sort_key)
     out.hosts = sorted((h for d in docs for h in d.hosts), key=lambda h: h.host)
     out.kv = sorted((k for d in docs for k in d.kv), key=lambda k: k.host)
+    out.alloc = sorted((a for d in docs for a in d.alloc), key=lambda a: (a.host, a.pid, a.device))
     out.series = sorted((s for d in docs for s in d.series), key=lambda s: (s.host, s.gpu))
     out.events = [
         e for d in sorted(docs, key=lambda d: d.hosts[0].host if d.hosts else "") for e in d.events

@@ -136,6 +136,21 @@ class KvSeries:
 
 
 @dataclass
+class AllocSeries:
+    """One process's PyTorch allocator (allocated, reserved) beside NVML, per bin floor."""
+
+    host: str
+    pid: int
+    device: int
+    gpu: int | None
+    role: str | None
+    t: list[float]
+    allocated: list[int]
+    reserved: list[int]
+    nvml: list[int | None]
+
+
+@dataclass
 class Event:
     host: str
     ts: str
@@ -152,6 +167,7 @@ class FindingsDocument:
     series: list[GpuSeries] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     kv: list[KvSeries] = field(default_factory=list)
+    alloc: list[AllocSeries] = field(default_factory=list)
     schema_version: int = FINDINGS_SCHEMA_VERSION
 
     def worst_severity(self) -> str | None:
@@ -189,6 +205,7 @@ class FindingsDocument:
             series=[GpuSeries(**s) for s in d.get("series", [])],
             events=[Event(**e) for e in d.get("events", [])],
             kv=[KvSeries(**k) for k in d.get("kv", [])],
+            alloc=[AllocSeries(**a) for a in d.get("alloc", [])],
         )
 
     @classmethod
@@ -197,6 +214,7 @@ class FindingsDocument:
 
 
 __all__ = [
+    "AllocSeries",
     "FINDINGS_SCHEMA_VERSION",
     "SEVERITIES",
     "Event",

@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "min_idle_s": 30,  # an idle window lasts at least this long
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
     "step_noise_mib": 8,  # baseline steps below this are noise
+    "alloc_bin_s": 300,  # allocator-probe floors are taken per bin of this width
 }
 
 ROLLUP_TABLES = (
@@ -38,6 +39,9 @@ ROLLUP_TABLES = (
     "idle_windows",
     "idle_trend",
     "server_info",
+    "alloc_devices",
+    "alloc_bins",
+    "alloc_trend",
 )
 
 

@@ -49,6 +49,15 @@ GEN_DEFAULTS: dict[str, Any] = {
     "worker_every_cycles": 0,
     "worker_mib": 500.0,
     "map_growth_per_cycle": 0,  # /dev/nvidia* mappings of the main pid (needs pid)
+    # the allocator probe (allocator_samples of the main pid, every 30 s); < 0 = none
+    "alloc_mib": -1.0,  # torch allocated at idle, first cycle
+    "alloc_growth_per_cycle": 0.0,
+    "alloc_busy_mib": 200.0,  # allocated on top while busy
+    "cache_mib": 500.0,  # reserved minus allocated at idle, first cycle
+    "cache_growth_per_cycle": 0.0,
+    # the request-latency probe (http_probes every 60 s); 0 = none
+    "probe_latency_s": 0.0,
+    "probe_latency_growth_per_cycle": 0.0,
 }
 
 
@@ -160,6 +169,33 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                             rows["proc_maps"].append(
                                 {"ts": t, "host": host, "pid": pid, "nvidia_device_count": n}
                             )
+                    if p["alloc_mib"] >= 0:
+                        held = float(p["alloc_mib"]) + c * float(p["alloc_growth_per_cycle"])
+                        cached = float(p["cache_mib"]) + c * float(p["cache_growth_per_cycle"])
+                        live = held + (float(p["alloc_busy_mib"]) if busy else 0.0)
+                        rows["allocator_samples"].append(
+                            {
+                                "ts": t,
+                                "host": host,
+                                "pid": pid or 4242,
+                                "device": 0,
+                                "role": "scheduler",
+                                "allocated_bytes": int(live * MIB),
+                                "reserved_bytes": int(max(live, held + cached) * MIB),
+                                "max_allocated_bytes": int(live * MIB),
+                            }
+                        )
+                    if p["probe_latency_s"] and k % 60 == 0:
+                        rows["http_probes"].append(
+                            {
+                                "ts": t,
+                                "host": host,
+                                "url": "http://127.0.0.1:30000/health",
+                                "status": 200,
+                                "latency_s": float(p["probe_latency_s"])
+                                + c * float(p["probe_latency_growth_per_cycle"]),
+                            }
+                        )
                     if alive:
                         rows["gpu_processes"].append(
                             {

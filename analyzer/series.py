@@ -13,7 +13,15 @@ import duckdb
 import polars as pl
 
 from analyzer.bucket import to_arrow
-from analyzer.findings import Event, FindingsDocument, GpuSeries, HostInfo, KvSeries, iso_utc
+from analyzer.findings import (
+    AllocSeries,
+    Event,
+    FindingsDocument,
+    GpuSeries,
+    HostInfo,
+    KvSeries,
+    iso_utc,
+)
 
 MAX_POINTS = 480
 EVENT_SIGNATURES = (
@@ -165,6 +173,40 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
                     [round(float(x), 4) for x in part["used_max"]],
                 )
             )
+    fill_allocator(con, doc)
+
+
+SNAPSHOT_HINT = "open it at https://pytorch.org/memory_viz"
+
+
+def fill_allocator(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
+    """Allocator-probe series (bin floors, at most MAX_POINTS per process) and snapshots."""
+    rows = con.execute(
+        """SELECT host, pid, device, any_value(gpu_index), any_value(role),
+                  list(epoch(b) ORDER BY b), list(alloc_floor ORDER BY b),
+                  list(reserved_floor ORDER BY b), list(nvml_floor ORDER BY b)
+           FROM alloc_bins GROUP BY host, pid, device ORDER BY host, pid, device"""
+    ).fetchall()
+    for host, pid, device, gpu, role, t, a, r, n in rows:
+        step = max(1, math.ceil(len(t) / MAX_POINTS))
+        doc.alloc.append(
+            AllocSeries(
+                host, int(pid), int(device), gpu, role,
+                [float(x) for x in t[::step]], a[::step], r[::step], n[::step],
+            )
+        )  # fmt: skip
+    for host, ts, pid, path in con.execute(
+        "SELECT host, ts, pid, path FROM allocator_snapshots ORDER BY host, ts"
+    ).fetchall():
+        doc.events.append(
+            Event(
+                host=host,
+                ts=iso_utc(ts) or "",
+                kind="memory_snapshot",
+                text=f"PyTorch memory snapshot of pid {pid}: {path} ({SNAPSHOT_HINT})",
+            )
+        )
+    doc.events.sort(key=lambda e: (e.host, e.ts))
 
 
 STALE_MINUTES = 10

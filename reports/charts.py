@@ -8,9 +8,10 @@ log events (OOM, restart, leak check, known-bug signals) as markers.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from analyzer.findings import Event, GpuSeries, KvSeries
+from analyzer.findings import AllocSeries, Event, GpuSeries, KvSeries
 
 GIB = 2**30
 W, H = 860, 250
@@ -57,6 +58,12 @@ class LegendItem:
 
 
 @dataclass
+class Polyline:
+    points: str
+    css: str
+
+
+@dataclass
 class Chart:
     title: str
     width: int = W
@@ -77,6 +84,7 @@ class Chart:
     markers: list[Line] = field(default_factory=list)
     legend: list[LegendItem] = field(default_factory=list)
     empty: bool = False
+    lines: list[Polyline] = field(default_factory=list)  # more series (allocator chart)
     kv_y: int = 0  # second panel: the host's KV-cache usage, on the same time axis
     kv_h: int = 0
     kv_line: str = ""
@@ -97,6 +105,31 @@ def _nice(step: float) -> float:
             if m * 10**e >= step:
                 return float(m * 10**e)
     return step
+
+
+def _axes(
+    c: Chart,
+    t0: float,
+    t1: float,
+    ymax: float,
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+) -> None:
+    step = next((st for st in _TIME_STEPS if (t1 - t0) / st <= 8), _TIME_STEPS[-1])
+    first = (int(t0) // step + 1) * step
+    for k, tt in enumerate(range(first, int(t1) + 1, step)):
+        d = dt.datetime.fromtimestamp(tt, dt.UTC)
+        label = (
+            d.strftime("%m-%d %H:%M")
+            if k == 0 or (d.hour == 0 and d.minute == 0)
+            else d.strftime("%H:%M")
+        )
+        c.x_ticks.append(Tick(_f(x(tt)), label))
+    ystep = _nice(ymax / GIB / 5)
+    v = 0.0
+    while v * GIB <= ymax:
+        c.y_ticks.append(Tick(_f(y(v * GIB)), f"{v:g}"))
+        v += ystep
 
 
 def build_chart(
@@ -125,21 +158,7 @@ def build_chart(
         f"{_f(x(t))},{_f(y(v))}" for t, v in zip(reversed(s.t), reversed(s.used_min), strict=True)
     ]
     c.band = " ".join(upper + lower)
-    step = next((st for st in _TIME_STEPS if (t1 - t0) / st <= 8), _TIME_STEPS[-1])
-    first = (int(t0) // step + 1) * step
-    for k, tt in enumerate(range(first, int(t1) + 1, step)):
-        d = dt.datetime.fromtimestamp(tt, dt.UTC)
-        label = (
-            d.strftime("%m-%d %H:%M")
-            if k == 0 or (d.hour == 0 and d.minute == 0)
-            else d.strftime("%H:%M")
-        )
-        c.x_ticks.append(Tick(_f(x(tt)), label))
-    ystep = _nice(ymax / GIB / 5)
-    v = 0.0
-    while v * GIB <= ymax:
-        c.y_ticks.append(Tick(_f(y(v * GIB)), f"{v:g}"))
-        v += ystep
+    _axes(c, t0, t1, ymax, x, y)
     for start, end, _base in s.idle_windows:
         xs, xe = x(max(start, t0)), x(min(end, t1))
         if xe > xs:
@@ -196,4 +215,44 @@ def build_chart(
     for kind in sorted(kinds):
         label, css = EVENT_STYLE[kind]
         c.legend.append(LegendItem(label, "lg-" + css))
+    return c
+
+
+ALLOC_LINES = (
+    ("nvml", "NVML: the process's GPU memory", "al-nvml"),
+    ("reserved", "PyTorch reserved (allocator cache included)", "al-reserved"),
+    ("allocated", "PyTorch allocated (live tensors)", "al-allocated"),
+)
+
+
+def build_alloc_chart(a: AllocSeries) -> Chart:
+    """Allocated, reserved and NVML memory of one process: floors per bin."""
+    where = f"GPU {a.gpu}" if a.gpu is not None else f"device {a.device}"
+    c = Chart(title=f"{a.host} — pid {a.pid} ({a.role or 'process'}), {where}: allocator view")
+    if not a.t:
+        c.empty = True
+        return c
+    t0, t1 = a.t[0], max(a.t[-1], a.t[0] + 60)
+    values: dict[str, list[int | None]] = {
+        "allocated": list(a.allocated),
+        "reserved": list(a.reserved),
+        "nvml": list(a.nvml),
+    }
+    top = max((v for vs in values.values() for v in vs if v is not None), default=0)
+    ymax = max(top * 1.1, GIB / 4)
+
+    def x(t: float) -> float:
+        return c.plot_x + (t - t0) / (t1 - t0) * c.plot_w
+
+    def y(v: float) -> float:
+        return c.plot_y + c.plot_h - max(min(v, ymax), 0) / ymax * c.plot_h
+
+    _axes(c, t0, t1, ymax, x, y)
+    for key, label, css in ALLOC_LINES:
+        pts = " ".join(
+            f"{_f(x(t))},{_f(y(v))}" for t, v in zip(a.t, values[key], strict=True) if v is not None
+        )
+        if pts:
+            c.lines.append(Polyline(pts, css))
+            c.legend.append(LegendItem(label, "lg-" + css))
     return c

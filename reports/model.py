@@ -7,7 +7,7 @@ from typing import Any
 
 from analyzer.categories import CATEGORIES, LEAK_CATEGORIES, SEVERITIES
 from analyzer.findings import Event, Finding, FindingsDocument, RuleStatus
-from reports.charts import Chart, build_chart
+from reports.charts import Chart, build_alloc_chart, build_chart
 
 MAX_LOG_LINES = 20
 
@@ -127,6 +127,9 @@ def _host_events(events: list[Event], host: str) -> list[LogLine]:
 def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel:
     series = {(s.host, s.gpu): s for s in doc.series}
     kv = {k.host: k for k in doc.kv}
+    alloc: dict[str, list[Any]] = {}
+    for a in doc.alloc:
+        alloc.setdefault(a.host, []).append(a)
     by_host: dict[str, list[Any]] = {}
     for s in doc.series:
         by_host.setdefault(s.host, []).append(s)
@@ -150,7 +153,13 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
                 when=_when(f),
                 summary=f.summary,
                 evidence=[KV(_label(k), format_value(k, v)) for k, v in f.evidence.items()],
-                charts=[build_chart(s, doc.events, kv=kv.get(s.host)) for s in chart_series],
+                charts=[build_chart(s, doc.events, kv=kv.get(s.host)) for s in chart_series]
+                + [
+                    build_alloc_chart(a)
+                    for a in alloc.get(f.host, [])
+                    if (f.pid is None or a.pid == f.pid)
+                    and (f.gpu is None or a.gpu in (f.gpu, None))
+                ],
                 logs=_host_events(doc.events, f.host),
                 remediation=[p.strip() for p in f.remediation.split("\n\n") if p.strip()],
                 references=list(f.references),

@@ -153,3 +153,28 @@ def test_fleet_report_renders_in_a_real_browser_offline(sim_doc, tmp_path) -> No
     assert dom.returncode == 0
     assert "Cohorts" in dom.stdout and dom.stdout.count("<svg") >= len(view.cohorts)
     assert not browser.console_errors(dom)
+
+
+def test_allocator_chart_per_process(sim_doc) -> None:
+    """Findings from the allocator probe show allocated, reserved and NVML of their process."""
+    from reports.model import build
+
+    probed = {a.host for a in sim_doc.alloc}
+    assert {"probe-tensor-leak-00", "probe-cache-growth-00", "probe-outside-leak-00"} <= probed
+    model = build(sim_doc)
+    views = [v for v in model.findings if v.rule_id in ("AP001", "AP002", "AP003")]
+    assert sorted(v.rule_id for v in views) == ["AP001", "AP002", "AP003"]
+    for v in views:
+        (chart,) = [c for c in v.charts if "allocator view" in c.title]
+        assert [line.css for line in chart.lines] == ["al-nvml", "al-reserved", "al-allocated"]
+        assert all(len(line.points.split()) > 20 for line in chart.lines)
+    leak = next(v for v in views if v.rule_id == "AP001")
+    (chart,) = [c for c in leak.charts if "allocator view" in c.title]
+    allocated = [float(p.split(",")[1]) for p in chart.lines[2].points.split()]
+    assert allocated[-1] < allocated[0] - 10  # SVG y grows downwards: allocated rose
+    # a host without the probe gets no allocator chart
+    other = [v for v in model.findings if v.where.startswith("latency-pressure-00")]
+    assert other and not any("allocator view" in c.title for v in other for c in v.charts)
+    # every finding on a probed GPU carries its process's allocator view
+    on_probed = sum(1 for f in sim_doc.findings if f.host in probed and f.gpu is not None)
+    assert render_report(sim_doc).count('class="al-allocated"') == on_probed >= 3

@@ -11,6 +11,7 @@ SELECT
     max(memory_total_bytes) AS total,
     max(utilization_gpu_pct) AS util_max,
     any_value(gpu_name) AS gpu_name,
+    any_value(gpu_uuid) AS gpu_uuid,
     count(*) AS n
 FROM gpu_samples
 WHERE memory_used_bytes IS NOT NULL

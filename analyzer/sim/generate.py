@@ -123,6 +123,8 @@ def generate_host(
     used_cols = [f["used_mib"].to_list() for f in frames]
     ctx_cols = [f["ctx_mib"].to_list() for f in frames]
     latency = frames[0]["latency_s"].to_list()
+    alloc_cols = [f["allocated_mib"].to_list() for f in frames]
+    reserved_cols = [f["reserved_mib"].to_list() for f in frames]
     requests_total = latency_sum = 0.0
     prev_seg = -1
     seg_start = ts[0]
@@ -187,6 +189,31 @@ def generate_host(
                         "process_start": when - dt.timedelta(seconds=age),
                     }
                 )
+        if s.probe and sec % SCRAPE_S == 0:
+            for g, pid in enumerate(pids):
+                h.tables["allocator_samples"].append(
+                    {
+                        "ts": when,
+                        "pid": pid,
+                        "device": 0,  # each TP rank sees its own GPU as device 0
+                        "gpu_uuid": f"GPU-{plan.seed:08x}-{g:04x}-sim",
+                        "role": "scheduler" if s.engine == "sglang" else "worker",
+                        "allocated_bytes": int(alloc_cols[g][i] * MIB),
+                        "reserved_bytes": int(reserved_cols[g][i] * MIB),
+                        "max_allocated_bytes": int(alloc_cols[g][i] * MIB),
+                        "alloc_retries": 0,
+                        "ooms": 0,
+                    }
+                )
+        if s.probe_url and sec % 60 == 0:
+            h.tables["http_probes"].append(
+                {
+                    "ts": when,
+                    "url": "http://127.0.0.1:8000/v1/chat/completions",
+                    "status": 200,
+                    "latency_s": round(0.04 * latency[i] / s.latency_s, 5),
+                }
+            )
         if sec % PROCESS_EVERY_S == 0 or when == seg_start:
             workers = sec // s.ctx_leak_every_s if s.ctx_leak_every_s else 0
             for rank, pid in enumerate(pids):

@@ -137,11 +137,22 @@ def gpu_frame(s: Scenario, host: pl.DataFrame, gpu: int, seed: int) -> pl.DataFr
     )
     share = (leak / headroom_mib(s)).clip(0.0, 1.0)
     latency = s.latency_s * (1 + s.latency_pressure * share) * (1 + 0.03 * pl.col("zg"))
+    # PyTorch's view (the allocator probe): the static pool, tensor leaks and the
+    # working set are allocated; cache and captures are reserved on top; the
+    # context, NCCL/cuBLAS overhead and leaks outside the allocator are neither.
+    in_tensors = leak if s.leak_where == "tensors" else pl.lit(0.0)
+    static = s.static_fraction * s.total_mib
+    allocated = (
+        pl.when(starting).then(static * ramp).otherwise(static + in_tensors + working).clip(0.0)
+    )
+    reserved = pl.when(starting).then(allocated).otherwise(allocated + cache + capture)
     return df.select(
         "t",
         "segment",
         "busy",
         used.alias("used_mib"),
+        allocated.alias("allocated_mib"),
+        reserved.alias("reserved_mib"),
         util.alias("util"),
         starting.alias("starting"),
         latency.alias("latency_s"),

@@ -43,6 +43,9 @@ class Scenario:
     latency_s: float = 0.8  # mean end-to-end latency at rest
     latency_pressure: float = 0.0  # latency x (1 + this x leaked share of headroom)
     traffic: str = "cycles"  # cycles | constant | long_generation | hang
+    probe: bool = False  # the allocator probe runs in the server (allocator_samples)
+    leak_where: str = "tensors"  # tensors (allocated) | outside (NCCL, cuBLAS: not the allocator)
+    probe_url: bool = False  # the collector sends one request per minute (http_probes)
     # what the analyzer must find: per GPU ("gpu") and for the host ("host")
     expect_gpu: tuple[str, ...] = ()
     expect_host: tuple[str, ...] = ()
@@ -70,6 +73,7 @@ SCENARIOS: dict[str, Scenario] = {
             overhead_mib=520.0,
             req_rate=3.0,
             working_mib=0.0,
+            probe_url=True,
         ),
         Scenario(
             name="cache-warmup",
@@ -220,6 +224,7 @@ SCENARIOS: dict[str, Scenario] = {
             req_rate=2.0,
             leak_mib_per_req=0.1,
             latency_pressure=4.0,
+            probe_url=True,
             expect_gpu=("leak.gpu", "oom.forecast", "memory.threshold"),
             expect_host=("latency.pressure",),
         ),
@@ -278,6 +283,63 @@ SCENARIOS: dict[str, Scenario] = {
             static_fraction=0.85,
             req_rate=2.0,
             traffic="hang",
+        ),
+        Scenario(
+            name="probe-tensor-leak",
+            description=(
+                "SGLang with the allocator probe: torch's allocated memory rises with requests "
+                "(tensors kept alive per request), so the leak is certain."
+            ),
+            engine="sglang",
+            engine_version="0.5.4",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            total_mib=81559,
+            static_fraction=0.8,
+            req_rate=2.0,
+            leak_mib_per_req=0.12,
+            probe=True,
+            expect_gpu=("leak.gpu",),
+            allow=("oom.forecast", "memory.threshold"),
+        ),
+        Scenario(
+            name="probe-cache-growth",
+            description=(
+                "SGLang with the allocator probe: nvidia-smi keeps rising for hours, but it is "
+                "reserved (cached) memory; allocated is flat. Not a leak."
+            ),
+            engine="sglang",
+            engine_version="0.5.4",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            total_mib=81559,
+            static_fraction=0.8,
+            req_rate=2.0,
+            cache_max_mib=4000.0,
+            cache_tau_req=40000.0,
+            probe=True,
+            expect_gpu=("cache.growth",),
+            allow=("memory.threshold",),  # nvidia-smi does read 84 % and rising
+        ),
+        Scenario(
+            name="probe-outside-leak",
+            description=(
+                "vLLM with the allocator probe: the process's GPU memory grows but torch's "
+                "reserved memory does not: NCCL/cuBLAS-side memory, outside the allocator."
+            ),
+            engine="vllm",
+            engine_version="0.11.0",
+            model="Qwen/Qwen3-8B",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            total_mib=81559,
+            static_fraction=0.8,
+            overhead_mib=520.0,
+            req_rate=2.0,
+            leak_mib_per_req=0.12,
+            leak_where="outside",
+            probe=True,
+            expect_gpu=("leak.outside_allocator",),
+            allow=("oom.forecast", "memory.threshold"),
         ),
     )
 }

@@ -21,7 +21,8 @@ Until the cause is fixed, restart before the forecast OOM (see the OOM forecast)
 and look for a known bug (the known-bug rules name versions and flags). Check
 torch.cuda.memory_allocated() in the server: rising allocated memory confirms a
 leak inside PyTorch tensors; flat allocated with rising nvidia-smi usage points
-outside PyTorch (NCCL, CUDA contexts, image preprocessing buffers).
+outside PyTorch (NCCL, CUDA contexts, image preprocessing buffers);
+`leakcollect probe env` makes the collector record both.
 """
 references  = ["https://github.com/sgl-project/sglang/issues/9365"]
 [params]
@@ -31,6 +32,7 @@ min_late_fraction = 0.35  # late-half growth at least this share of early-half g
 min_late_growth_mib = 64  # and at least this much in absolute terms
 min_up_fraction = 0.6     # share of window-to-window steps that rose
 high_conf_windows = 8     # confidence is high from this many idle windows on
+probe_min_bins = 8        # allocator-probe bins that make AP001-AP003 the judges instead
 ---*/
 WITH leaky AS (
     SELECT *
@@ -40,6 +42,10 @@ WITH leaky AS (
       AND late_growth_bytes >= $min_late_growth_mib * 1048576.0
       AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
       AND up_fraction >= $min_up_fraction
+      -- where the allocator probe covers this GPU, its rules (AP001-AP003) say which memory grows
+      AND NOT EXISTS (SELECT 1 FROM alloc_trend a
+                      WHERE a.host = idle_trend.host AND a.gpu_index = idle_trend.gpu_index
+                        AND a.bins >= $probe_min_bins)
 )
 SELECT
     host,

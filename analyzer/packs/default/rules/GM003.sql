@@ -27,6 +27,7 @@ min_windows = 4
 min_late_fraction = 0.35
 min_up_fraction = 0.6
 max_kv_change = 0.02
+probe_min_bins = 8        # allocator-probe bins that make AP001-AP003 the judges instead
 ---*/
 SELECT host, gpu_index AS gpu, arg_max(nullif(segment, 0), last_end) AS pid, min(first_start) AS start, max(last_end) AS "end",
        round(max(growth_bytes) / 1048576, 0) AS growth_mib,
@@ -44,6 +45,10 @@ WHERE n >= $min_windows
   AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
   AND up_fraction >= $min_up_fraction
   AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL
+  -- where the allocator probe covers this GPU, its rules (AP001-AP003) say which memory grows
+  AND NOT EXISTS (SELECT 1 FROM alloc_trend a
+                  WHERE a.host = idle_trend.host AND a.gpu_index = idle_trend.gpu_index
+                    AND a.bins >= $probe_min_bins)
 GROUP BY host, gpu_index
 HAVING max(abs(last_kv_idle - first_kv_idle)) < $max_kv_change
 ORDER BY host, gpu_index
