@@ -335,3 +335,21 @@ def test_probe_thread_is_a_daemon_and_stops(tmp_path: Path) -> None:
     t.join(5)
     assert not t.is_alive() and p.written > 3
     assert list(tmp_path.glob("*.jsonl")) and not list(tmp_path.glob("*.part"))
+
+
+def test_snapshot_file_reaches_the_bucket_and_the_report(tmp_path: Path) -> None:
+    from analyzer.packs import load_packs
+    from analyzer.runner import analyze
+
+    spool, bucket = tmp_path / "spool", tmp_path / "bucket"
+    spool.mkdir()
+    snap = spool / "snapshot-gpu-node-7-4321-1796000000.pickle"
+    snap.write_bytes(b"\x80\x04pickled snapshot")
+    cfg = Config(bucket=str(bucket), host="gpu-node-7", state_dir=tmp_path / "st", no_gpu=True)
+    cfg.probe_spool = str(spool)
+    assert collect(cfg, say=lambda m: None) == 0
+    (copied,) = bucket.glob("snapshots/date=*/host=gpu-node-7/*.pickle")
+    assert copied.read_bytes() == b"\x80\x04pickled snapshot" and not snap.exists()
+    doc = analyze(bucket, load_packs())
+    (event,) = [e for e in doc.events if e.kind == "memory_snapshot"]
+    assert "pid 4321" in event.text and str(copied) in event.text and "memory_viz" in event.text
