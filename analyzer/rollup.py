@@ -20,7 +20,9 @@ ROLLUP_DIR = Path(__file__).parent / "rollups"
 
 # Tunable with --param rollup.KEY=VALUE.
 DEFAULTS: dict[str, Any] = {
-    "bucket_s": 15,  # bucket width for device samples
+    "bucket_s": 15,  # bucket width for device samples ...
+    "long_bucket_s": 60,  # ... and for traces that span more than long_span_h
+    "long_span_h": 24,
     "idle_util_pct": 5.0,  # GPU utilisation at or below this counts as idle
     "min_idle_s": 30,  # an idle window lasts at least this long
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
@@ -29,12 +31,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 ROLLUP_TABLES = (
+    "gpu_info",
+    "rollup_settings",
     "gpu_buckets",
     "metric_norm",
     "requests",
     "kv_usage",
     "activity",
-    "bucket_state",
+    "activity_grid",
     "gpu_lifetimes",
     "idle_windows",
     "idle_trend",
@@ -49,12 +53,23 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";\n") if s.strip().strip(";").strip()]
 
 
+def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> float:
+    """Fine buckets for hours of data, per-minute ones for days (bounded rollup size)."""
+    row = con.execute("SELECT epoch(max(last_ts)) - epoch(min(first_ts)) FROM gpu_info").fetchone()
+    span = float(row[0] or 0.0) if row else 0.0
+    if span > float(params["long_span_h"]) * 3600:
+        return float(params["long_bucket_s"])
+    return float(params["bucket_s"])
+
+
 def build(con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None) -> None:
     unknown = set(overrides or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
     params = {**DEFAULTS, **(overrides or {})}
     for f in sorted(ROLLUP_DIR.glob("*.sql")):
+        if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
+            params["bucket_s"] = bucket_width(con, params)
         for stmt in _statements(f.read_text(encoding="utf-8")):
             refs = referenced_params(stmt)
             try:

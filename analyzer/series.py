@@ -65,14 +65,25 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
     if rng:
         doc.run.data_start, doc.run.data_end = iso_utc(rng[0]), iso_utc(rng[1])
 
+    # a first reduction in DuckDB (at most 2 x MAX_POINTS rows per GPU reach polars)
     raw = _frame(
         con,
-        "SELECT host, gpu_index, epoch(b) AS t, used_max, used_min FROM gpu_buckets ORDER BY host, gpu_index, b",
+        f"""SELECT g.host, g.gpu_index, epoch(min(g.b)) AS t, max(g.used_max) AS used_max,
+                   min(g.used_min) AS used_min
+            FROM gpu_buckets g
+            JOIN (SELECT i.host, i.gpu_index,
+                         CAST(floor(epoch(i.first_ts) / s.bucket_s) AS BIGINT) AS bi0,
+                         CAST(greatest(1, ceil((epoch(i.last_ts) - epoch(i.first_ts))
+                                               / s.bucket_s / {2 * MAX_POINTS})) AS BIGINT) AS step
+                  FROM gpu_info i, rollup_settings s) c
+              USING (host, gpu_index)
+            GROUP BY g.host, g.gpu_index, (g.bi - c.bi0) // c.step
+            ORDER BY g.host, g.gpu_index, t""",
     )
     meta = {
         (h, g): (name, total)
         for h, g, name, total in con.execute(
-            "SELECT host, gpu_index, any_value(gpu_name), max(total) FROM gpu_buckets GROUP BY ALL"
+            "SELECT host, gpu_index, gpu_name, total FROM gpu_info"
         ).fetchall()
     }
     windows: dict[tuple[str, int], list[list[float]]] = {}
@@ -111,7 +122,7 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
     gpus = {
         h: (n, name, first, last)
         for h, n, name, first, last in con.execute(
-            "SELECT host, count(DISTINCT gpu_index), any_value(gpu_name), min(b), max(b_end) FROM gpu_buckets GROUP BY host"
+            "SELECT host, count(*), any_value(gpu_name), min(first_ts), max(last_ts) FROM gpu_info GROUP BY host"
         ).fetchall()
     }
     servers = {

@@ -1,18 +1,23 @@
--- Device memory per GPU in fixed buckets: the one pass over raw samples.
+-- The bucket width chosen for this trace, for rules that bucket other tables alike.
+CREATE OR REPLACE TABLE rollup_settings AS SELECT CAST($bucket_s AS DOUBLE) AS bucket_s;
+
+-- Device memory per GPU in fixed buckets: the one pass over raw samples that
+-- every memory rule builds on. bi is the bucket number (epoch / width).
 CREATE OR REPLACE TABLE gpu_buckets AS
-SELECT
-    host,
-    gpu_index,
-    to_timestamp(floor(epoch(ts) / $bucket_s) * $bucket_s) AS b,
-    to_timestamp(floor(epoch(ts) / $bucket_s) * $bucket_s + $bucket_s) AS b_end,
-    min(memory_used_bytes) AS used_min,
-    max(memory_used_bytes) AS used_max,
-    avg(memory_used_bytes) AS used_avg,
-    max(memory_total_bytes) AS total,
-    max(utilization_gpu_pct) AS util_max,
-    any_value(gpu_name) AS gpu_name,
-    any_value(gpu_uuid) AS gpu_uuid,
-    count(*) AS n
-FROM gpu_samples
-WHERE memory_used_bytes IS NOT NULL
-GROUP BY ALL;
+SELECT host, gpu_index, bi,
+       to_timestamp(bi * $bucket_s) AS b,
+       to_timestamp((bi + 1) * $bucket_s) AS b_end,
+       used_min, used_max, used_avg, total, util_max, n
+FROM (
+    SELECT host, gpu_index,
+           CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi,
+           min(memory_used_bytes) AS used_min,
+           max(memory_used_bytes) AS used_max,
+           avg(memory_used_bytes) AS used_avg,
+           max(memory_total_bytes) AS total,
+           max(utilization_gpu_pct) AS util_max,
+           count(*) AS n
+    FROM gpu_samples
+    WHERE memory_used_bytes IS NOT NULL
+    GROUP BY ALL
+);

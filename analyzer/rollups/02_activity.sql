@@ -4,8 +4,8 @@
 -- max across tensor/pipeline ranks of one replica, then sum across replicas
 -- (max for usage), never "last sample wins".
 CREATE OR REPLACE TABLE metric_norm AS
-WITH m AS (
-    SELECT host, ts, value,
+WITH named AS (
+    SELECT host, ts, value, labels,
            CASE
                WHEN name IN ('sglang:token_usage', 'sglang_token_usage',
                              'vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc') THEN 'kv_usage'
@@ -20,16 +20,25 @@ WITH m AS (
                              'vllm:e2e_request_latency_seconds_sum') THEN 'latency_sum'
                WHEN name IN ('sglang:e2e_request_latency_seconds_count', 'sglang_e2e_request_latency_seconds_count',
                              'vllm:e2e_request_latency_seconds_count') THEN 'latency_count'
-           END AS metric,
-           -- the replica: labels less the rank labels
-           CAST(map_from_entries(list_filter(map_entries(coalesce(labels, MAP {})),
-                lambda e: e.key NOT IN ('tp_rank', 'pp_rank', 'pid', 'moe_ep_rank'))) AS VARCHAR) AS replica
+           END AS metric
     FROM metric_samples
     WHERE value IS NOT NULL AND NOT isnan(value)
 ),
+m AS (
+    SELECT host, ts, value, metric,
+           -- the replica: labels less the rank labels (rebuilt only where there are rank labels)
+           CASE WHEN labels IS NULL OR cardinality(labels) = 0 THEN '{}'
+                WHEN NOT (map_contains(labels, 'tp_rank') OR map_contains(labels, 'pp_rank')
+                          OR map_contains(labels, 'pid') OR map_contains(labels, 'moe_ep_rank'))
+                     THEN CAST(labels AS VARCHAR)
+                ELSE CAST(map_from_entries(list_filter(map_entries(labels),
+                     lambda e: e.key NOT IN ('tp_rank', 'pp_rank', 'pid', 'moe_ep_rank'))) AS VARCHAR)
+           END AS replica
+    FROM named WHERE metric IS NOT NULL
+),
 per_replica AS (
     SELECT host, ts, metric, replica, max(value) AS value
-    FROM m WHERE metric IS NOT NULL
+    FROM m
     GROUP BY ALL
 )
 SELECT host, ts, metric,

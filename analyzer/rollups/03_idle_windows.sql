@@ -1,15 +1,23 @@
--- Idle windows: consecutive buckets with the GPU near idle and no running
--- requests (the last activity reading, when fresh), lasting at least
--- $min_idle_s. Their median memory is the idle baseline.
-CREATE OR REPLACE TABLE bucket_state AS
-SELECT
-    g.*,
-    CASE WHEN epoch(g.b_end) - epoch(a.ts) <= $activity_stale_s THEN a.running END AS running,
-    coalesce(g.util_max, 0) <= $idle_util_pct
-        AND coalesce(CASE WHEN epoch(g.b_end) - epoch(a.ts) <= $activity_stale_s
-                          THEN a.running END, 0) = 0 AS idle
-FROM gpu_buckets g
-ASOF LEFT JOIN activity a ON g.host = a.host AND g.b_end > a.ts;
+-- The host's running requests at the end of each bucket: the last reading
+-- before it, carried forward while fresh (a bucket-grid join, not an ASOF join
+-- per GPU bucket).
+CREATE OR REPLACE TABLE activity_grid AS
+WITH grid AS (SELECT DISTINCT host, bi FROM gpu_buckets),
+a AS (
+    SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi,
+           arg_max(running, ts) AS running, max(ts) AS ts
+    FROM activity GROUP BY ALL
+),
+f AS (
+    SELECT g.host, g.bi,
+           last_value(a.running IGNORE NULLS) OVER w AS running,
+           last_value(a.ts IGNORE NULLS) OVER w AS ts
+    FROM grid g LEFT JOIN a USING (host, bi)
+    WINDOW w AS (PARTITION BY g.host ORDER BY g.bi ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT host, bi,
+       CASE WHEN (bi + 1) * $bucket_s - epoch(ts) <= $activity_stale_s THEN running END AS running
+FROM f;
 
 CREATE OR REPLACE TABLE gpu_lifetimes AS
 SELECT host, gpu_index, pid, min(ts) AS first_ts, max(ts) AS last_ts,
@@ -18,19 +26,21 @@ FROM gpu_processes
 WHERE gpu_index IS NOT NULL
 GROUP BY ALL;
 
+-- Idle windows: consecutive buckets with the GPU near idle and no running
+-- requests (the last activity reading, when fresh), lasting at least
+-- $min_idle_s. Their median memory is the idle baseline.
 CREATE OR REPLACE TABLE idle_windows AS
 WITH s AS (
-    SELECT *,
-           row_number() OVER (PARTITION BY host, gpu_index ORDER BY b)
-         - row_number() OVER (PARTITION BY host, gpu_index, idle ORDER BY b) AS grp
-    FROM bucket_state
+    -- idle buckets only; consecutive bucket numbers form one window (a data gap ends it)
+    SELECT g.*, g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
+    FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi)
+    WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0
 ),
 w AS (
     SELECT host, gpu_index, min(b) AS start, max(b_end) AS "end", count(*) AS buckets,
            median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
            max(total) AS total
     FROM s
-    WHERE idle
     GROUP BY host, gpu_index, grp
     HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
 )

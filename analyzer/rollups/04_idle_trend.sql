@@ -1,5 +1,5 @@
 -- Idle-baseline trend per GPU and process lifetime (segment): robust
--- (Theil-Sen) slope, growth in the early and late halves (saturation test),
+-- (Theil-Sen) slope, growth in the early and late halves of its time (saturation test),
 -- and the share of window-to-window steps that rose.
 CREATE OR REPLACE TABLE idle_trend AS
 WITH w AS (
@@ -7,6 +7,8 @@ WITH w AS (
            (epoch(start) + epoch("end")) / 2 AS t,
            row_number() OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS k,
            count(*) OVER (PARTITION BY host, gpu_index, segment) AS n,
+           (min(epoch(start)) OVER (PARTITION BY host, gpu_index, segment)
+            + max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)) / 2 AS t_mid,
            baseline - lag(baseline) OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS step
     FROM idle_windows
 ),
@@ -28,7 +30,9 @@ agg AS (
            max(t) AS t1,
            arg_min(baseline, k) AS first_baseline,
            arg_max(baseline, k) AS last_baseline,
-           arg_min(baseline, abs(k - (n + 1) / 2.0)) AS mid_baseline,
+           -- the window nearest the middle of the lifetime in time (not in count:
+           -- idle windows can be unevenly spaced, and a straight line must not look levelled off)
+           arg_min(baseline, abs(t - t_mid)) AS mid_baseline,
            count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - 1, 1) AS up_fraction,
            max(total) AS total,
            arg_min(kv_idle, k) AS first_kv_idle,

@@ -11,7 +11,7 @@ SELECT a.host, a.pid, a.device, any_value(a.gpu_uuid) AS gpu_uuid,
               FROM gpu_lifetimes p WHERE p.host = a.host AND p.pid = a.pid)
        ) AS gpu_index
 FROM (SELECT DISTINCT host, pid, device, gpu_uuid FROM allocator_samples) a
-LEFT JOIN (SELECT DISTINCT host, gpu_index, gpu_uuid FROM gpu_buckets WHERE gpu_uuid IS NOT NULL) u
+LEFT JOIN (SELECT host, gpu_index, gpu_uuid FROM gpu_info WHERE gpu_uuid IS NOT NULL) u
        ON u.host = a.host AND u.gpu_uuid = a.gpu_uuid
 GROUP BY a.host, a.pid, a.device;
 

@@ -29,15 +29,24 @@ short_lived_minutes = 10
 min_map_growth = 20
 ---*/
 WITH procs AS (
-    SELECT host, gpu_index, ts, sum(used_gpu_memory_bytes) AS proc_used
-    FROM gpu_processes WHERE gpu_index IS NOT NULL AND used_gpu_memory_bytes IS NOT NULL
+    -- what the running processes hold, per device bucket (the width the rollups chose):
+    -- each process's mean in the bucket, summed over processes
+    SELECT host, gpu_index, bi, sum(used) AS proc_used, min(ts) AS ts
+    FROM (SELECT host, gpu_index, pid, CAST(floor(epoch(ts) / s.bucket_s) AS BIGINT) AS bi,
+                 avg(used_gpu_memory_bytes) AS used, min(ts) AS ts
+          FROM gpu_processes, rollup_settings s
+          WHERE gpu_index IS NOT NULL AND used_gpu_memory_bytes IS NOT NULL
+          GROUP BY ALL)
     GROUP BY ALL
 ),
+span AS (SELECT host, gpu_index, min(bi) AS bi0, max(bi) - min(bi) + 1 AS nb FROM procs GROUP BY ALL),
 unattributed AS (
+    -- quarters of the GPU's observed time (by bucket number: no sort needed)
     SELECT p.host, p.gpu_index, p.ts, g.used_avg - p.proc_used AS orphan,
-           ntile(4) OVER (PARTITION BY p.host, p.gpu_index ORDER BY p.ts) AS quarter
+           1 + CAST(floor(4 * (p.bi - s.bi0) / s.nb) AS INTEGER) AS quarter
     FROM procs p
-    ASOF JOIN gpu_buckets g ON g.host = p.host AND g.gpu_index = p.gpu_index AND p.ts >= g.b
+    JOIN gpu_buckets g USING (host, gpu_index, bi)
+    JOIN span s USING (host, gpu_index)
 ),
 growth AS (
     SELECT host, gpu_index, min(ts) AS start, max(ts) AS "end",

@@ -31,10 +31,15 @@ WITH rss AS (
     UNION ALL
     SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
 ),
+span AS (
+    SELECT host, pid, source, epoch(min(ts)) AS t0, epoch(max(ts)) - epoch(min(ts)) AS d, count(*) AS n
+    FROM rss GROUP BY ALL
+),
 q AS (
-    SELECT *, ntile(4) OVER (PARTITION BY host, pid, source ORDER BY ts) AS quarter,
-           count(*) OVER (PARTITION BY host, pid, source) AS n
-    FROM rss
+    -- quarters of the observed time (no sort over every sample)
+    SELECT r.*, s.n,
+           coalesce(least(4, 1 + CAST(floor(4 * (epoch(r.ts) - s.t0) / nullif(s.d, 0)) AS INTEGER)), 1) AS quarter
+    FROM rss r JOIN span s USING (host, pid, source)
 ),
 life AS (
     SELECT host, pid, source, min(ts) AS start, max(ts) AS "end", max(n) AS n,

@@ -1,0 +1,14 @@
+-- One row per GPU: its name, UUID, size and when it was seen. The only
+-- aggregate over raw samples that carries strings; it also sizes the buckets
+-- (rollup.build picks $bucket_s or $long_bucket_s from the span it finds).
+CREATE OR REPLACE TABLE gpu_info AS
+SELECT host, gpu_index,
+       any_value(gpu_name) AS gpu_name,
+       any_value(gpu_uuid) AS gpu_uuid,
+       max(memory_total_bytes) AS total,
+       min(ts) AS first_ts,
+       max(ts) AS last_ts,
+       count(*) AS samples
+FROM gpu_samples
+WHERE memory_used_bytes IS NOT NULL
+GROUP BY host, gpu_index;
