@@ -141,10 +141,11 @@ def _run_analysis(
     executor: str = "local",
     scheduler: str | None = None,
     workers: int = 2,
+    memory_limit: str | None = None,
+    batch_hosts: int = 32,
 ) -> Any:
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import parse_param_overrides
-    from analyzer.runner import analyze as run
 
     packs = _load_packs(pack_dirs)
     try:
@@ -175,11 +176,28 @@ def _run_analysis(
                     _err(
                         f"fanning out per host on Dask ({scheduler or f'local cluster, {workers} workers'})"
                     )
-                return analyze_fanout(bucket, packs, pool, scope=scope, overrides=overrides)
+                return analyze_fanout(
+                    bucket,
+                    packs,
+                    pool,
+                    scope=scope,
+                    overrides=overrides,
+                    memory_limit=memory_limit,
+                    hosts_per_task=batch_hosts,
+                    progress=None if quiet else _err,
+                )
             finally:
                 closer.close()
-        return run(
-            bucket, packs, scope=scope, overrides=overrides, progress=None if quiet else _err
+        from analyzer.fanout import analyze_local
+
+        return analyze_local(
+            bucket,
+            packs,
+            scope=scope,
+            overrides=overrides,
+            progress=None if quiet else _err,
+            memory_limit=memory_limit,
+            batch_hosts=batch_hosts,
         )
     except (BucketError, ValueError, RuntimeError, OSError) as e:
         _die(str(e))
@@ -217,6 +235,19 @@ _COMMON = [
         show_default=True,
         type=click.IntRange(1, 256),
         help="Workers of the local Dask cluster.",
+    ),
+    click.option(
+        "--memory-limit",
+        metavar="SIZE",
+        help="DuckDB memory limit per connection (e.g. 1GB); past it DuckDB spills to disk.",
+    ),
+    click.option(
+        "--batch-hosts",
+        default=32,
+        show_default=True,
+        type=click.IntRange(1),
+        help="Local runs over more hosts than this analyse them in batches of this many, "
+        "one connection at a time: memory stays bounded, findings are the same.",
     ),
     click.option("--since", callback=_date, help="First date (YYYY-MM-DD, UTC) to read."),
     click.option("--until", callback=_date, help="Last date (YYYY-MM-DD, UTC) to read."),
@@ -285,6 +316,8 @@ def analyze(
     executor: str,
     scheduler: str | None,
     workers: int,
+    memory_limit: str | None,
+    batch_hosts: int,
     fmt: str,
     out: str | None,
     textfile: str | None,
@@ -295,7 +328,18 @@ def analyze(
     from analyzer import outputs
 
     doc = _run_analysis(
-        bucket, since, until, hosts, packs, params, quiet, executor, scheduler, workers
+        bucket,
+        since,
+        until,
+        hosts,
+        packs,
+        params,
+        quiet,
+        executor,
+        scheduler,
+        workers,
+        memory_limit,
+        batch_hosts,
     )
     if fmt == "json":
         text = doc.to_json()
@@ -327,6 +371,8 @@ def report(
     executor: str,
     scheduler: str | None,
     workers: int,
+    memory_limit: str | None,
+    batch_hosts: int,
     out: str,
     fail_on: str,
 ) -> None:
@@ -343,7 +389,18 @@ def report(
             _die(f"{path}: not a findings document: {e}")
     else:
         doc = _run_analysis(
-            source, since, until, hosts, packs, params, False, executor, scheduler, workers
+            source,
+            since,
+            until,
+            hosts,
+            packs,
+            params,
+            False,
+            executor,
+            scheduler,
+            workers,
+            memory_limit,
+            batch_hosts,
         )
     from reports.render import write_report
 
@@ -368,6 +425,8 @@ def report(
 )
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 256))
+@click.option("--memory-limit", metavar="SIZE", help="DuckDB memory limit per connection.")
+@click.option("--batch-hosts", default=32, show_default=True, type=click.IntRange(1))
 def fleet(
     bucket: str,
     week: str,
@@ -376,6 +435,8 @@ def fleet(
     executor: str,
     scheduler: str | None,
     workers: int,
+    memory_limit: str | None,
+    batch_hosts: int,
 ) -> None:
     """Weekly fleet report: GPUs ranked by leak rate, cohorts, and changes since last week."""
     from analyzer import fleet as fleet_mod
@@ -386,21 +447,24 @@ def fleet(
         p_start, p_end = fleet_mod.week_range(fleet_mod.previous_week(week))
     except ValueError as e:
         _die(str(e))
-    cur = _run_analysis(bucket, start, end, (), packs, (), True, executor, scheduler, workers)
-    prev = _run_analysis(bucket, p_start, p_end, (), packs, (), True, executor, scheduler, workers)
+    opts = (executor, scheduler, workers, memory_limit, batch_hosts)
+    cur = _run_analysis(bucket, start, end, (), packs, (), True, *opts)
+    prev = _run_analysis(bucket, p_start, p_end, (), packs, (), True, *opts)
     view = fleet_mod.build(week, cur, prev if prev.hosts else None)
     click.echo(str(write_fleet(view, out, generated_at=cur.run.generated_at).resolve()))
 
 
 @cli.command()
-@click.argument("bucket", type=click.Path(exists=True, file_okay=False))
+@click.argument("bucket", type=click.Path())
 @click.option(
     "--before", callback=_date, help="Compact days before this date (default: before today, UTC)."
 )
 def compact(bucket: str, before: dt.date | None) -> None:
     """Merge each finished day's small per-run files into one file per table/date/host.
 
-    Safe while others read: a reader sees the old files or the new one, never both.
+    BUCKET is a folder or s3://bucket/prefix. Safe while others read: a reader
+    sees the old files or the new one, never both; originals are deleted only
+    after the new file's row count checks out.
     """
     from analyzer.compact import CompactError
     from analyzer.compact import compact as run_compact

@@ -10,7 +10,8 @@ single-connection run. Dask distributed is the scale-out executor
 from __future__ import annotations
 
 import datetime as dt
-from concurrent.futures import Executor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:
     from collector.store import is_s3, s3_filesystem, s3_root
 
     if is_s3(bucket):
-        from analyzer.bucket import list_s3_files
+        from analyzer.bucket import BucketError, list_s3_files
 
         fs, prefix = s3_filesystem(), s3_root(str(bucket))
-        keys = [k for t in TABLES for k in list_s3_files(fs, prefix, t, scope)]
+        try:
+            keys = [k for t in TABLES for k in list_s3_files(fs, prefix, t, scope)]
+        except OSError as e:  # pyarrow's S3 errors are OSErrors
+            raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
         return sorted({part[5:] for k in keys for part in k.split("/") if part.startswith("host=")})
     hosts: set[str] = set()
     root = Path(bucket)
@@ -130,6 +134,7 @@ def analyze_fanout(
     now: dt.datetime | None = None,
     memory_limit: str | None = None,
     hosts_per_task: int = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> FindingsDocument:
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
@@ -152,8 +157,66 @@ def analyze_fanout(
         )
         for g in groups
     ]
-    docs = [FindingsDocument.from_dict(f.result()) for f in futures]
+    docs = []
+    for i, f in enumerate(futures, 1):
+        docs.append(FindingsDocument.from_dict(f.result()))
+        if progress:
+            progress(f"host group {i}/{len(groups)} done ({len(groups[i - 1])} hosts)")
     return merge(docs, str(bucket), scope)
+
+
+class InlineExecutor(Executor):
+    """Runs each task when it is submitted, in this process: batches one at a time."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            fut.set_exception(e)
+        return fut
+
+
+def analyze_local(
+    bucket: str | Path,
+    packs: list[Pack],
+    *,
+    scope: Scope | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    progress: Callable[[str], None] | None = None,
+    now: dt.datetime | None = None,
+    memory_limit: str | None = None,
+    batch_hosts: int = 32,
+) -> FindingsDocument:
+    """One connection for up to ``batch_hosts`` hosts; more are analysed in batches of
+    that many, one after the other, so memory is bounded by the batch, not the fleet."""
+    from analyzer.runner import analyze
+
+    scope = scope or Scope()
+    hosts = list_hosts(bucket, scope)
+    if len(hosts) <= batch_hosts:
+        return analyze(
+            bucket,
+            packs,
+            scope=scope,
+            overrides=overrides,
+            progress=progress,
+            now=now,
+            memory_limit=memory_limit,
+        )
+    if progress:
+        progress(f"{len(hosts)} hosts: analysing in batches of {batch_hosts}")
+    return analyze_fanout(
+        bucket,
+        packs,
+        InlineExecutor(),
+        scope=scope,
+        overrides=overrides,
+        now=now,
+        memory_limit=memory_limit,
+        hosts_per_task=batch_hosts,
+        progress=progress,
+    )
 
 
 def dask_executor(scheduler: str | None = None, workers: int = 2) -> tuple[Executor, Any]:
