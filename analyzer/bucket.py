@@ -109,7 +109,39 @@ def list_s3_files(fs: Any, root: str, table: str, scope: Scope) -> list[str]:
             continue
         if hv is not None and scope.date_ok(day) and scope.host_ok(hv):
             keys.append(info.path)
-    return sorted(keys)
+    # a compacted object stands for the objects it replaced (see `leakreport compact`)
+    skip = {
+        k.rsplit("/", 1)[0] + "/" + name
+        for k in keys
+        if COMPACT_MARK in k.rsplit("/", 1)[-1]
+        for name in replaced_by(k, filesystem=fs)
+    }
+    return sorted(k for k in keys if k not in skip)
+
+
+def _temp_stage() -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="leakreport-s3-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def _stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[str]:
+    """Copy objects into a local folder (same relative layout); their local paths."""
+    from pyarrow import fs as pafs
+
+    local = pafs.LocalFileSystem()
+    out = []
+    for k in keys:
+        dst = Path(stage_dir) / k
+        if not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            pafs.copy_files(k, str(dst), source_filesystem=fs, destination_filesystem=local)
+        out.append(str(dst))
+    return out
 
 
 def _sql_list(paths: list[str]) -> str:
@@ -122,8 +154,15 @@ def open_bucket(
     *,
     con: duckdb.DuckDBPyConnection | None = None,
     memory_limit: str | None = None,
+    stage_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, dict[str, int]]:
-    """A connection with one view per trace table, and files read per table."""
+    """A connection with one view per trace table, and files read per table.
+
+    An ``s3://`` bucket's objects (pruned by date and host first) are copied once
+    into ``stage_dir`` (a temporary folder if not given) and read from there:
+    every rollup scans some tables more than once, and over the network each scan
+    would fetch the objects again.
+    """
     path = Path(bucket)
     s3 = None
     if is_s3(bucket):
@@ -148,6 +187,8 @@ def open_bucket(
             else list_files(path, name, scope)
         )
         counts[name] = len(files)
+        if s3 is not None and files:
+            files = _stage(s3, files, stage_dir or _temp_stage())
         cols = ", ".join(f'"{c}"' for c in spec.columns)
         if files:
             where = []
@@ -159,16 +200,9 @@ def open_bucket(
             if scope.before:
                 where.append(f"ts < TIMESTAMPTZ '{scope.before.astimezone(dt.UTC).isoformat()}'")
             cond = (" WHERE " + " AND ".join(where)) if where else ""
-            if s3 is not None:  # read through pyarrow's S3 filesystem (no DuckDB extension needed)
-                import pyarrow.dataset as pads
-
-                con.register(
-                    f"__s3_{name}",
-                    pads.dataset(files, filesystem=s3, format="parquet", schema=spec.schema),
-                )
-                src = f"__s3_{name}"
-            else:
-                src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+            src = (
+                f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+            )
             if spec.key:
                 keys = ", ".join(f'"{c}"' for c in spec.key)
                 sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"

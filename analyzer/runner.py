@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,6 @@ class RuleOutputError(Exception):
 def run_rule(
     con: duckdb.DuckDBPyConnection, rule: Rule, overrides: dict[str, Any] | None = None
 ) -> list[Finding]:
-    # the rule runs on the analysis connection itself: S3 datasets are registered on it
     params = rule.bound_params(overrides)
     res = con.execute(rule.sql, params if params else None)
     if res.description is None:
@@ -107,7 +107,25 @@ def analyze(
     scope = scope or Scope()
     overrides = overrides or {}
     say = progress or (lambda _m: None)
-    con, files = open_bucket(bucket, scope, memory_limit=memory_limit)
+    with tempfile.TemporaryDirectory(prefix="leakreport-") as stage:
+        return _analyze(
+            bucket, packs, scope, overrides, only_rules, say, now, memory_limit, with_series, stage
+        )
+
+
+def _analyze(
+    bucket: str | Path,
+    packs: list[Pack],
+    scope: Scope,
+    overrides: dict[str, dict[str, Any]],
+    only_rules: set[str] | None,
+    say: Progress,
+    now: dt.datetime | None,
+    memory_limit: str | None,
+    with_series: bool,
+    stage: str,
+) -> FindingsDocument:
+    con, files = open_bucket(bucket, scope, memory_limit=memory_limit, stage_dir=stage)
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)

@@ -126,7 +126,7 @@ class BucketWriter:
         mark: str = "-",
     ) -> Path:
         if self.s3 is not None:
-            return self._put_s3(table_name, day, data)
+            return self._put_s3(table_name, day, data, extra, mark)
         folder = self.partition_dir(table_name, day)
         folder.mkdir(parents=True, exist_ok=True)
         tcol = table(table_name).time_column
@@ -148,14 +148,21 @@ class BucketWriter:
         _fsync_dir(folder)
         return final
 
-    def _put_s3(self, table_name: str, day: dt.date, data: pa.Table) -> Path:
+    def _put_s3(
+        self,
+        table_name: str,
+        day: dt.date,
+        data: pa.Table,
+        extra: dict[bytes, bytes] | None = None,
+        mark: str = "-",
+    ) -> Path:
         """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
         start = min(data.column(table(table_name).time_column).to_pylist())
-        name = f"{table_name}-{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
+        name = f"{table_name}{mark}{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
         key = f"{self.s3_root}/{table_name}/date={day.isoformat()}/host={self.host}/{name}".lstrip(
             "/"
         )
-        data = data.replace_schema_metadata(_file_metadata(table_name))
+        data = data.replace_schema_metadata(_file_metadata(table_name, extra))
         pq.write_table(data, key, filesystem=self.s3, compression="zstd")
         return Path("s3://" + key)
 
@@ -212,11 +219,11 @@ def write_compacted(
     return w._write_file(table_name, day, data, extra, mark=COMPACT_MARK)
 
 
-def replaced_by(path: str | os.PathLike[str]) -> list[str]:
+def replaced_by(path: str | os.PathLike[str], filesystem: Any = None) -> list[str]:
     """The file names a compacted file stands for (empty for an ordinary file)."""
     import json
 
-    md = pq.read_schema(path).metadata or {}
+    md = pq.read_schema(str(path) if filesystem else path, filesystem=filesystem).metadata or {}
     raw = md.get(REPLACES_KEY)
     return list(json.loads(raw)) if raw else []
 
