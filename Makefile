@@ -33,17 +33,15 @@ test: install ## run the test suite
 	$(PY) -m pytest -q
 
 lint: install ## ruff and mypy
-	$(VENV)/bin/ruff check collector analyzer reports tests
-	$(VENV)/bin/ruff format --check collector analyzer reports tests
+	$(VENV)/bin/ruff check collector analyzer reports tests bench
+	$(VENV)/bin/ruff format --check collector analyzer reports tests bench
 	$(VENV)/bin/mypy
 
 eval: install ## score the analyzer on the labelled scenario suite (out/eval/eval.md)
 	$(VENV)/bin/leakreport eval --out $(OUT)/eval
 
-bench: install ## benchmarks, results as JSON under bench/ (not tests)
-	$(PY) bench/collector_bench.py bench/collector.json 5
-	$(PY) bench/logparse_bench.py bench/logparse.json 1024
-	$(PY) bench/fleet_bench.py bench/fleet.json 1000 2
+bench: install ## benchmarks side by side: bench/results.json and bench/results.md (not tests)
+	$(PY) bench/run_all.py bench
 
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py tests/test_fleet.py -k "gold"

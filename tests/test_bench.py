@@ -47,3 +47,25 @@ def test_fleet_bench_runs(tmp_path, monkeypatch) -> None:
     )
     res = json.loads(out.read_text())
     assert res["gpus"] >= 14 and res["fleet_html_mb"] > 0
+
+
+def test_run_all_tiny_writes_results(tmp_path) -> None:
+    subprocess.run(
+        [sys.executable, "bench/run_all.py", str(tmp_path), "--tiny"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    res = json.loads((tmp_path / "results.json").read_text())
+    scale = res["scale"]
+    full = scale["fractions"]["1"]
+    assert full["scan"]["samples"] == scale["bucket"]["rows"]["gpu_samples"]
+    assert full["pack"]["leak_hosts_found"] == full["pack"]["leak_hosts_true"] >= 1
+    assert full["pack"]["leak_false_positive_hosts"] == 0
+    assert scale["dask"]["findings"] == full["pack"]["findings"]
+    s3 = scale["s3"]
+    assert s3["bytes_of_hosts_analysed"] < s3["bytes_stored"]  # the other host was pruned
+    assert s3["bytes_read"] < s3["bytes_stored"]
+    md = (tmp_path / "results.md").read_text()
+    assert "× plain scan" in md and "Dask" in md and "S3" in md

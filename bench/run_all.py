@@ -1,0 +1,146 @@
+"""`make bench`: every benchmark in one run, then bench/results.json and bench/results.md.
+
+Usage: run_all.py OUT_DIR [--tiny]. --tiny (what CI runs) shrinks every size so the
+code paths stay working; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def _run(script: str, *args: str) -> None:
+    subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=True, cwd=REPO)
+
+
+def table(res: dict[str, Any]) -> str:
+    sc = res["scale"]
+    fr = sc["fractions"]
+    full_key = max(fr, key=float)
+    scan = fr[full_key]["scan"]["seconds"]
+    rows = [
+        "| measurement | data | median s | × plain scan | peak RSS MB | checks |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+
+    def add(name: str, data: str, secs: float, rss: float | str, checks: str = "") -> None:
+        ratio = f"{secs / scan:.1f}" if scan else "—"
+        rows.append(f"| {name} | {data} | {secs:.3f} | {ratio} | {rss} | {checks} |")
+
+    b = sc["bucket"]
+    for f in sorted(fr, key=float):
+        v = fr[f]
+        add(
+            "plain DuckDB scan-aggregate",
+            f"{v['hosts']} hosts",
+            v["scan"]["seconds"],
+            v["scan"]["rss_mb"],
+        )
+        p = v["pack"]
+        add(
+            "full default pack (local, host batches)",
+            f"{v['hosts']} hosts",
+            p["seconds"],
+            p["rss_mb"],
+            f"leaking hosts found {p['leak_hosts_found']}/{p['leak_hosts_true']}, "
+            f"false-positive hosts {p['leak_false_positive_hosts']}; "
+            f"{v['pack_over_scan']}× its own scan",
+        )
+    d = sc["dask"]
+    add(
+        "full default pack on Dask (2 workers)",
+        "all hosts",
+        d["seconds"],
+        f"{d['rss_mb']} (driver)",
+        f"same findings count: {d['findings'] == fr[full_key]['pack']['findings']}",
+    )
+    fl = sc["fleet_report"]
+    add(
+        "weekly fleet report (build + render)",
+        "all hosts",
+        fl["seconds"],
+        fl["rss_mb"],
+        f"{fl['html_kb']} KB page",
+    )
+    if "s3" in sc and "seconds" in sc["s3"]:
+        s3 = sc["s3"]
+        add(
+            "full default pack over S3 (moto, 127.0.0.1)",
+            f"{s3['hosts']} of {s3['hosts_stored']} hosts stored",
+            s3["seconds"],
+            s3["rss_mb"],
+            f"read {s3['bytes_read'] / 2**20:.1f} MiB of {s3['bytes_stored'] / 2**20:.1f} MiB stored "
+            f"({s3['bytes_of_hosts_analysed'] / 2**20:.1f} MiB for the hosts analysed)",
+        )
+    lp = res["logparse"]
+    rows.append(
+        f"| log parsing (`leakreport logs parse`) | {lp['bytes'] / 2**20:.0f} MiB, {lp['lines']:,} lines "
+        f"| {lp['total_s']:.3f} | {lp['total_s'] / scan:.1f} | — | {lp['mb_per_s']:.1f} MB/s, "
+        f"{lp['events']:,} events |"
+    )
+    co = res["collector"]["once_run_8_gpus_3_logs"]
+    rows.append(
+        f"| collector `--once` (8 fake GPUs, 3 logs) | one run | {co['cpu_s']:.3f} CPU "
+        f"| — | {co['peak_rss_mb']:.0f} | ≈{res['collector']['cron_minute_core_share_pct']} % of a core "
+        f"per cron minute; import {res['collector']['import_s']['ratio_to_floor']}× pyarrow's |"
+    )
+    growth = ", ".join(
+        f"{float(k):.0%}: {v}"
+        for k, v in sorted(sc.get("growth_per_host", {}).items(), key=lambda kv: float(kv[0]))
+    )
+    head = (
+        f"Fleet week: {b.get('hosts')} hosts, {b.get('gpus')} GPUs, "
+        f"{b['rows']['gpu_samples']:,} device samples, {sc['bucket_bytes'] / 2**20:.0f} MiB of Parquet; "
+        f"memory limit {sc['memory_limit']} per connection, batches of {sc['batch_hosts']} hosts; "
+        f"median of {sc['runs']} runs, each in a fresh process. Pack time per host relative to the "
+        f"smallest fraction (1.0 = linear): {growth}.\n\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
+def main(out_dir: str, tiny: bool) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if tiny:
+        scale = [
+            "--hosts",
+            "4",
+            "--days",
+            "1",
+            "--runs",
+            "1",
+            "--s3-hosts",
+            "1",
+            "--fractions",
+            "0.5,1",
+        ]
+        _run("collector_bench.py", str(out / "collector.json"), "1")
+        _run("logparse_bench.py", str(out / "logparse.json"), "2")
+    else:
+        scale = []
+        _run("collector_bench.py", str(out / "collector.json"), "5")
+        _run("logparse_bench.py", str(out / "logparse.json"), "1024")
+    _run("scale_bench.py", str(out / "scale.json"), *scale)
+    res: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "tiny": tiny,
+    }
+    for name in ("collector", "logparse", "scale"):
+        res[name] = json.loads((out / f"{name}.json").read_text())
+    (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / "results.md").write_text(table(res))
+    print(table(res))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    main(a[0] if a and not a[0].startswith("-") else "bench", "--tiny" in a)

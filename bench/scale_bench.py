@@ -1,0 +1,238 @@
+"""Fleet-week benchmark: the default pack against one plain DuckDB scan of the same files.
+
+Usage: scale_bench.py OUT.json [--hosts 125] [--days 7] [--runs 3] [--fractions 0.1,0.3,1]
+       [--memory-limit 1GB] [--batch-hosts 32] [--dask-workers 2] [--s3-hosts 12]
+
+The bucket (bench/fleetweek.py: 125 hosts x 8 GPUs x 7 days at 10 s = 60 M device
+samples) is generated once and cached under bench/data/. Every measurement runs in
+a fresh child process (so its peak RSS is its own), ``--runs`` times; the median is
+reported. Side by side in one run: the plain scan-aggregate, the full default pack
+locally (host batches) at each fraction of the hosts, the pack on a local Dask
+cluster, the weekly fleet report, and the pack over S3 (moto on 127.0.0.1 behind
+a byte-counting proxy: bytes read vs bytes stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+SCAN_SQL = """SELECT count(*), sum(n) FROM (
+    SELECT host, gpu_index, count(*) AS n, min(memory_used_bytes), max(memory_used_bytes),
+           avg(memory_used_bytes)
+    FROM read_parquet({files}) GROUP BY ALL)"""
+
+
+def _rss_mb() -> float:
+    """This process's peak RSS (VmHWM: ru_maxrss can carry the parent's over exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _hosts(bucket: Path, k: int) -> list[str]:
+    days = sorted((bucket / "gpu_samples").glob("date=*"))
+    return sorted(p.name[5:] for p in days[0].glob("host=*"))[:k] if days else []
+
+
+def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any]:
+    """One measurement, in this (fresh) process."""
+    from analyzer.bucket import Scope, list_files
+    from analyzer.packs import load_packs
+
+    hosts = _hosts(Path(opts.get("local_bucket") or bucket), k)
+    scope = Scope(hosts=hosts)
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {}
+    if kind == "scan":
+        import duckdb
+
+        files = list_files(Path(bucket), "gpu_samples", scope)
+        con = duckdb.connect()
+        if opts.get("memory_limit"):
+            con.execute(f"SET memory_limit = '{opts['memory_limit']}'")
+        sql = SCAN_SQL.format(files="[" + ", ".join(f"'{f}'" for f in files) + "]")
+        out["gpus"], out["samples"] = con.execute(sql).fetchone()
+    elif kind in ("pack", "dask", "s3"):
+        from analyzer.fanout import analyze_fanout, analyze_local, dask_executor
+
+        if kind == "dask":
+            pool, closer = dask_executor(None, int(opts["dask_workers"]))
+            t0 = time.perf_counter()  # the cluster's start-up is not the analysis
+            try:
+                doc = analyze_fanout(
+                    bucket,
+                    load_packs(),
+                    pool,
+                    scope=scope,
+                    memory_limit=opts.get("memory_limit"),
+                    hosts_per_task=max(1, -(-k // (4 * int(opts["dask_workers"])))),
+                )
+            finally:
+                closer.close()
+        else:
+            doc = analyze_local(
+                bucket,
+                load_packs(),
+                scope=scope,
+                memory_limit=opts.get("memory_limit"),
+                batch_hosts=int(opts["batch_hosts"]),
+            )
+        truth = json.loads((Path(opts["local_bucket"] or bucket) / "truth.json").read_text())
+        leak = {f.host for f in doc.findings if f.category == "leak.gpu"}
+        cache = {f.host for f in doc.findings if f.category == "cache.growth"}
+        want_leak = set(truth["leaking_hosts"]) & set(hosts)
+        out.update(
+            findings=len(doc.findings),
+            leak_hosts_found=len(leak & want_leak),
+            leak_hosts_true=len(want_leak),
+            leak_false_positive_hosts=len(leak - want_leak),
+            cache_hosts_found=len(cache & set(truth["caching_hosts"])),
+            cache_on_leaking_hosts=len(cache & want_leak),
+        )
+        if opts.get("doc_out"):
+            Path(opts["doc_out"]).write_text(doc.to_json(indent=None))
+    elif kind == "fleet":
+        from analyzer import fleet
+        from analyzer.findings import FindingsDocument
+        from reports.fleet import write_fleet
+
+        doc = FindingsDocument.from_json(Path(opts["doc_out"]).read_text())
+        t0 = time.perf_counter()
+        page = write_fleet(fleet.build("2026-W48", doc), Path(opts["doc_out"]).with_suffix(".html"))
+        out["html_kb"] = round(page.stat().st_size / 1024, 1)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out["rss_mb"] = _rss_mb()
+    return out
+
+
+def measure(kind: str, bucket: str, k: int, runs: int, opts: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    plain = {k: v for k, v in opts.items() if k != "env"}
+    for _ in range(runs):
+        r = subprocess.run(
+            [sys.executable, __file__, "--child", kind, bucket, str(k), json.dumps(plain)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+            env=opts.get("env"),
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"{kind} failed: {r.stderr[-2000:]}")
+        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    best = dict(results[0])
+    best["seconds"] = statistics.median(x["seconds"] for x in results)
+    best["seconds_all"] = [x["seconds"] for x in results]
+    best["rss_mb"] = max(x["rss_mb"] for x in results)
+    return best
+
+
+def bucket_for(hosts: int, days: int) -> Path:
+    import fleetweek
+
+    path = REPO / "bench" / "data" / f"fleetweek-{hosts}h-{days}d"
+    if not (path / ".done").exists():
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        t0 = time.perf_counter()
+        info = fleetweek.generate(path, hosts=hosts, days=days)
+        info["generate_s"] = round(time.perf_counter() - t0, 1)
+        (path / "truth.json").write_text(json.dumps(info, indent=1, default=str))
+        (path / ".done").write_text("")
+        print(f"generated {path} in {info['generate_s']} s", file=sys.stderr)
+    return path
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--hosts", type=int, default=125)
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--fractions", default="0.1,0.3,1")
+    ap.add_argument("--memory-limit", default="1GB")
+    ap.add_argument("--batch-hosts", type=int, default=32)
+    ap.add_argument("--dask-workers", type=int, default=2)
+    ap.add_argument("--s3-hosts", type=int, default=12, help="0 = skip the S3 measurement")
+    a = ap.parse_args(argv)
+    bucket = bucket_for(a.hosts, a.days)
+    truth = json.loads((bucket / "truth.json").read_text())
+    opts: dict[str, Any] = {
+        "memory_limit": a.memory_limit,
+        "batch_hosts": a.batch_hosts,
+        "dask_workers": a.dask_workers,
+        "local_bucket": str(bucket),
+    }
+    res: dict[str, Any] = {
+        "bucket": {k: truth[k] for k in ("rows", "files", "hosts", "gpus") if k in truth},
+        "bucket_bytes": sum(f.stat().st_size for f in bucket.rglob("*.parquet")),
+        "memory_limit": a.memory_limit,
+        "batch_hosts": a.batch_hosts,
+        "runs": a.runs,
+        "fractions": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for frac in (float(x) for x in a.fractions.split(",")):
+            k = max(1, round(a.hosts * frac))
+            say = f"{frac:.0%} ({k} hosts)"
+            print(f"{say}: scan, pack", file=sys.stderr)
+            scan = measure("scan", str(bucket), k, a.runs, opts)
+            pack = measure("pack", str(bucket), k, a.runs, {**opts, "doc_out": f"{tmp}/doc.json"})
+            res["fractions"][f"{frac:g}"] = {
+                "hosts": k,
+                "scan": scan,
+                "pack": pack,
+                "pack_over_scan": round(pack["seconds"] / max(scan["seconds"], 1e-9), 1),
+            }
+        print("dask", file=sys.stderr)
+        res["dask"] = measure("dask", str(bucket), a.hosts, max(1, a.runs - 1), opts)
+        res["fleet_report"] = measure(
+            "fleet", str(bucket), a.hosts, a.runs, {**opts, "doc_out": f"{tmp}/doc.json"}
+        )
+        if a.s3_hosts:
+            import s3bench
+
+            print("s3", file=sys.stderr)
+            res["s3"] = s3bench.run(bucket, min(a.s3_hosts, a.hosts), opts, measure)
+    full = res["fractions"].get("1")
+    if full:
+        res["dask_over_scan"] = round(res["dask"]["seconds"] / full["scan"]["seconds"], 1)
+    fr = res["fractions"]
+    if len(fr) > 1:
+        base = fr[min(fr, key=float)]
+        res["growth_per_host"] = {
+            f: round(
+                (v["pack"]["seconds"] / v["hosts"]) / (base["pack"]["seconds"] / base["hosts"]), 2
+            )
+            for f, v in fr.items()
+        }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    return res
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        kind, bucket, k, opts = sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5])
+        print(json.dumps(child(kind, bucket, k, opts)))
+    else:
+        main(sys.argv[1:])
