@@ -32,12 +32,20 @@ class Scope:
     until: dt.date | None = None
     hosts: list[str] = field(default_factory=list)
     before: dt.datetime | None = None  # only samples strictly before this instant
+    _wanted: tuple[tuple[str, ...], frozenset[str]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def date_ok(self, d: dt.date) -> bool:
         return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
 
     def host_ok(self, h: str) -> bool:
-        return not self.hosts or h in {sanitize_host(x) for x in self.hosts}
+        if not self.hosts:
+            return True
+        key = tuple(self.hosts)
+        if self._wanted is None or self._wanted[0] != key:  # hosts is a plain, mutable list
+            self._wanted = (key, frozenset(sanitize_host(x) for x in self.hosts))
+        return h in self._wanted[1]
 
 
 def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:

@@ -37,6 +37,17 @@ class Result:
     files_after: int = 0
     rows: int = 0
 
+    def add(
+        self, where: str, counts: tuple[int, int, int], progress: Callable[[str], None] | None
+    ) -> None:
+        n_before, n_after, rows = counts
+        self.folders += 1
+        self.files_before += n_before
+        self.files_after += n_after
+        self.rows += rows
+        if progress and n_before != n_after:
+            progress(f"{where}: {n_before} -> {n_after} files ({rows} rows)")
+
 
 def _folders(bucket: Path, before: dt.date):
     for name in TABLES:
@@ -158,23 +169,12 @@ def compact(
         except OSError as e:
             raise CompactError(f"{bucket}: cannot list the S3 bucket: {e}") from e
         for (name, day, host), keys in sorted(groups.items()):
-            n_before, n_after, rows = compact_s3_group(fs, str(bucket), name, day, host, keys)
-            res.folders += 1
-            res.files_before += n_before
-            res.files_after += n_after
-            res.rows += rows
-            if progress and n_before != n_after:
-                progress(f"{name}/{day}/host={host}: {n_before} -> {n_after} objects ({rows} rows)")
+            counts = compact_s3_group(fs, str(bucket), name, day, host, keys)
+            res.add(f"{name}/{day}/host={host}", counts, progress)
         return res
     root = Path(bucket)
     if not root.is_dir():
         raise CompactError(f"{root}: no such bucket folder")
     for name, day, folder in _folders(root, before):
-        n_before, n_after, rows = compact_folder(name, day, folder)
-        res.folders += 1
-        res.files_before += n_before
-        res.files_after += n_after
-        res.rows += rows
-        if progress and n_before != n_after:
-            progress(f"{name}/{day}/{folder.name}: {n_before} -> {n_after} files ({rows} rows)")
+        res.add(f"{name}/{day}/{folder.name}", compact_folder(name, day, folder), progress)
     return res

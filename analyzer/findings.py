@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
@@ -159,6 +159,22 @@ class Event:
     gpu: int | None = None
 
 
+def _plain(v: Any) -> Any:
+    """Like dataclasses.asdict, without deep-copying every number of every series
+    (asdict took seconds on a fleet's charts). Lists and dicts are copied shallowly."""
+    if hasattr(v, "__dataclass_fields__"):
+        return {f: _plain(getattr(v, f)) for f in v.__dataclass_fields__}
+    if isinstance(v, list):
+        return [_plain(x) for x in v] if v and _nested(v[0]) else list(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _nested(x: Any) -> bool:
+    return hasattr(x, "__dataclass_fields__") or isinstance(x, (list, dict))
+
+
 @dataclass
 class FindingsDocument:
     run: RunInfo
@@ -180,7 +196,7 @@ class FindingsDocument:
         return sum(1 for f in self.findings if severity_rank(f.severity) >= floor)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = _plain(self)
         # schema_version first, for people reading the file
         return {"schema_version": d.pop("schema_version"), **d}
 

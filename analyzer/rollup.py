@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "min_idle_s": 30,  # an idle window lasts at least this long
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
     "step_noise_mib": 8,  # baseline steps below this are noise
+    "proc_bin_s": 300,  # per-process figures (NVML, /proc) are averaged per bin of this width
     "alloc_bin_s": 300,  # allocator-probe floors are taken per bin of this width
 }
 
@@ -39,6 +40,7 @@ ROLLUP_TABLES = (
     "kv_usage",
     "activity",
     "activity_grid",
+    "proc_bins",
     "gpu_lifetimes",
     "idle_windows",
     "idle_trend",

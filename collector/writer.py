@@ -129,10 +129,7 @@ class BucketWriter:
             return self._put_s3(table_name, day, data, extra, mark)
         folder = self.partition_dir(table_name, day)
         folder.mkdir(parents=True, exist_ok=True)
-        tcol = table(table_name).time_column
-        start = min(data.column(tcol).to_pylist())
-        stamp = start.strftime("%Y%m%dT%H%M%S%fZ")
-        final = folder / f"{table_name}{mark}{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+        final = folder / _file_name(table_name, data, mark)
         tmp = folder / f"{TMP_PREFIX}{final.name}"
         data = data.replace_schema_metadata(_file_metadata(table_name, extra))
         pq.write_table(data, tmp, compression="zstd")
@@ -157,8 +154,7 @@ class BucketWriter:
         mark: str = "-",
     ) -> Path:
         """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
-        start = min(data.column(table(table_name).time_column).to_pylist())
-        name = f"{table_name}{mark}{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
+        name = _file_name(table_name, data, mark)
         key = f"{self.s3_root}/{table_name}/date={day.isoformat()}/host={self.host}/{name}".lstrip(
             "/"
         )
@@ -186,6 +182,12 @@ class BucketWriter:
         os.replace(tmp, final)
         _fsync_dir(folder)
         return str(final)
+
+
+def _file_name(table_name: str, data: pa.Table, mark: str) -> str:
+    """<table><mark><first timestamp>-<random>.parquet: sorts by time, never collides."""
+    start = min(data.column(table(table_name).time_column).to_pylist())
+    return f"{table_name}{mark}{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
 
 
 def _fsync_dir(folder: Path) -> None:

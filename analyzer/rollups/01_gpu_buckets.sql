@@ -1,5 +1,6 @@
 -- The bucket width chosen for this trace, for rules that bucket other tables alike.
-CREATE OR REPLACE TABLE rollup_settings AS SELECT CAST($bucket_s AS DOUBLE) AS bucket_s;
+CREATE OR REPLACE TABLE rollup_settings AS
+SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS proc_bin_s;
 
 -- Device memory per GPU in fixed buckets: the one pass over raw samples that
 -- every memory rule builds on. bi is the bucket number (epoch / width).

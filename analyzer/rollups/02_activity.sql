@@ -26,14 +26,15 @@ WITH named AS (
 ),
 m AS (
     SELECT host, ts, value, metric,
-           -- the replica: labels less the rank labels (rebuilt only where there are rank labels)
-           CASE WHEN labels IS NULL OR cardinality(labels) = 0 THEN '{}'
-                WHEN NOT (map_contains(labels, 'tp_rank') OR map_contains(labels, 'pp_rank')
-                          OR map_contains(labels, 'pid') OR map_contains(labels, 'moe_ep_rank'))
-                     THEN CAST(labels AS VARCHAR)
-                ELSE CAST(map_from_entries(list_filter(map_entries(labels),
-                     lambda e: e.key NOT IN ('tp_rank', 'pp_rank', 'pid', 'moe_ep_rank'))) AS VARCHAR)
-           END AS replica
+           -- the replica: labels less the rank labels (rebuilt only where there are rank
+           -- labels), as a hash: it is only ever a grouping key
+           hash(CASE WHEN labels IS NULL OR cardinality(labels) = 0 THEN MAP {}
+                     WHEN NOT (map_contains(labels, 'tp_rank') OR map_contains(labels, 'pp_rank')
+                               OR map_contains(labels, 'pid') OR map_contains(labels, 'moe_ep_rank'))
+                          THEN labels
+                     ELSE map_from_entries(list_filter(map_entries(labels),
+                          lambda e: e.key NOT IN ('tp_rank', 'pp_rank', 'pid', 'moe_ep_rank')))
+                END) AS replica
     FROM named WHERE metric IS NOT NULL
 ),
 per_replica AS (

@@ -19,10 +19,21 @@ SELECT host, bi,
        CASE WHEN (bi + 1) * $bucket_s - epoch(ts) <= $activity_stale_s THEN running END AS running
 FROM f;
 
-CREATE OR REPLACE TABLE gpu_lifetimes AS
-SELECT host, gpu_index, pid, min(ts) AS first_ts, max(ts) AS last_ts,
-       max(used_gpu_memory_bytes) AS max_used
+-- Per process and GPU, in bins of $proc_bin_s: what NVML and /proc said. The one
+-- pass over gpu_processes: lifetimes and every per-process rule read this.
+CREATE OR REPLACE TABLE proc_bins AS
+SELECT host, gpu_index, pid,
+       CAST(floor(epoch(ts) / $proc_bin_s) AS BIGINT) AS pb,
+       min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS samples,
+       min(used_gpu_memory_bytes) AS used_min, avg(used_gpu_memory_bytes) AS used_avg,
+       max(used_gpu_memory_bytes) AS used_max, avg(vm_rss_bytes) AS rss_avg
 FROM gpu_processes
+GROUP BY ALL;
+
+CREATE OR REPLACE TABLE gpu_lifetimes AS
+SELECT host, gpu_index, pid, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+       max(used_max) AS max_used
+FROM proc_bins
 WHERE gpu_index IS NOT NULL
 GROUP BY ALL;
 

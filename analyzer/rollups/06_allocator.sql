@@ -34,9 +34,9 @@ WITH a AS (
 ),
 n AS (
     SELECT host, pid, gpu_index,
-           to_timestamp(floor(epoch(ts) / $alloc_bin_s) * $alloc_bin_s) AS b,
-           min(used_gpu_memory_bytes) AS nvml_floor
-    FROM gpu_processes
+           to_timestamp(floor(epoch(first_ts) / $alloc_bin_s) * $alloc_bin_s) AS b,
+           min(used_min) AS nvml_floor
+    FROM proc_bins
     WHERE pid IN (SELECT pid FROM alloc_devices)
     GROUP BY ALL
 )

@@ -29,23 +29,27 @@ short_lived_minutes = 10
 min_map_growth = 20
 ---*/
 WITH procs AS (
-    -- what the running processes hold, per device bucket (the width the rollups chose):
-    -- each process's mean in the bucket, summed over processes
-    SELECT host, gpu_index, bi, sum(used) AS proc_used, min(ts) AS ts
-    FROM (SELECT host, gpu_index, pid, CAST(floor(epoch(ts) / s.bucket_s) AS BIGINT) AS bi,
-                 avg(used_gpu_memory_bytes) AS used, min(ts) AS ts
-          FROM gpu_processes, rollup_settings s
-          WHERE gpu_index IS NOT NULL AND used_gpu_memory_bytes IS NOT NULL
-          GROUP BY ALL)
+    -- what the running processes held, per process bin: each one's mean, weighted by
+    -- the share of the bin's sampling instants it was seen at (workers come and go)
+    SELECT host, gpu_index, pb, min(first_ts) AS ts,
+           sum(used_avg * samples) / max(samples) AS proc_used
+    FROM proc_bins
+    WHERE gpu_index IS NOT NULL AND used_avg IS NOT NULL
     GROUP BY ALL
 ),
-span AS (SELECT host, gpu_index, min(bi) AS bi0, max(bi) - min(bi) + 1 AS nb FROM procs GROUP BY ALL),
+gpu AS (
+    SELECT g.host, g.gpu_index, CAST(floor(epoch(g.b) / s.proc_bin_s) AS BIGINT) AS pb,
+           avg(g.used_avg) AS used
+    FROM gpu_buckets g, rollup_settings s
+    GROUP BY ALL
+),
+span AS (SELECT host, gpu_index, min(pb) AS pb0, max(pb) - min(pb) + 1 AS nb FROM procs GROUP BY ALL),
 unattributed AS (
-    -- quarters of the GPU's observed time (by bucket number: no sort needed)
-    SELECT p.host, p.gpu_index, p.ts, g.used_avg - p.proc_used AS orphan,
-           1 + CAST(floor(4 * (p.bi - s.bi0) / s.nb) AS INTEGER) AS quarter
+    -- quarters of the GPU's observed time (by bin number: no sort needed)
+    SELECT p.host, p.gpu_index, p.ts, g.used - p.proc_used AS orphan,
+           1 + CAST(floor(4 * (p.pb - s.pb0) / s.nb) AS INTEGER) AS quarter
     FROM procs p
-    JOIN gpu_buckets g USING (host, gpu_index, bi)
+    JOIN gpu g USING (host, gpu_index, pb)
     JOIN span s USING (host, gpu_index)
 ),
 growth AS (

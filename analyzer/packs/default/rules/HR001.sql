@@ -27,7 +27,8 @@ max_rate_rise = 1.1       # late request rate at most this multiple of the early
 min_samples = 8
 ---*/
 WITH rss AS (
-    SELECT host, pid, ts, vm_rss_bytes AS rss, 'procfs' AS source FROM gpu_processes WHERE vm_rss_bytes IS NOT NULL
+    SELECT host, pid, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
+    FROM proc_bins WHERE rss_avg IS NOT NULL GROUP BY host, pid, pb
     UNION ALL
     SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
 ),
