@@ -29,6 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+# the first pass of the rollups alone: per GPU and minute (what the pack keeps of the samples)
+MINUTE_SQL = """SELECT count(*), sum(n) FROM (
+    SELECT host, gpu_index, CAST(floor(epoch(ts) / 60) AS BIGINT) AS m, count(*) AS n,
+           min(memory_used_bytes), max(memory_used_bytes), avg(memory_used_bytes),
+           max(utilization_gpu_pct)
+    FROM read_parquet({files}) GROUP BY ALL)"""
 SCAN_SQL = """SELECT count(*), sum(n) FROM (
     SELECT host, gpu_index, count(*) AS n, min(memory_used_bytes), max(memory_used_bytes),
            avg(memory_used_bytes)
@@ -60,14 +66,16 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
     scope = Scope(hosts=hosts)
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
-    if kind == "scan":
+    if kind in ("scan", "minute"):
         import duckdb
 
         files = list_files(Path(bucket), "gpu_samples", scope)
         con = duckdb.connect()
         if opts.get("memory_limit"):
             con.execute(f"SET memory_limit = '{opts['memory_limit']}'")
-        sql = SCAN_SQL.format(files="[" + ", ".join(f"'{f}'" for f in files) + "]")
+        sql = (SCAN_SQL if kind == "scan" else MINUTE_SQL).format(
+            files="[" + ", ".join(f"'{f}'" for f in files) + "]"
+        )
         out["gpus"], out["samples"] = con.execute(sql).fetchone()
     elif kind in ("pack", "dask", "s3"):
         from analyzer.fanout import analyze_fanout, analyze_local, dask_executor
@@ -202,6 +210,7 @@ def main(argv: list[str]) -> dict[str, Any]:
                 "pack": pack,
                 "pack_over_scan": round(pack["seconds"] / max(scan["seconds"], 1e-9), 1),
             }
+        res["minute_aggregate"] = measure("minute", str(bucket), a.hosts, a.runs, opts)
         print("dask", file=sys.stderr)
         res["dask"] = measure("dask", str(bucket), a.hosts, max(1, a.runs - 1), opts)
         res["fleet_report"] = measure(

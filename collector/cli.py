@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import socket
 import sys
 import tomllib
@@ -168,17 +169,26 @@ def run(
 @click.option("--bucket", required=True)
 @click.option("--log", "logs", multiple=True)
 @click.option("--metrics-url", "metrics_urls", multiple=True)
-def cron_line(bucket: str, logs: tuple[str, ...], metrics_urls: tuple[str, ...]) -> None:
+@click.option("--probe-spool", help="The allocator probe's spool folder.")
+@click.option("--probe-url", "probe_urls", multiple=True)
+def cron_line(
+    bucket: str,
+    logs: tuple[str, ...],
+    metrics_urls: tuple[str, ...],
+    probe_spool: str | None,
+    probe_urls: tuple[str, ...],
+) -> None:
     """Print a crontab line: every minute, sampling for 55 s."""
     exe = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else "leakcollect"
     args = [
-        f"--bucket {bucket}",
-        *[f"--log {x}" for x in logs],
-        *[f"--metrics-url {x}" for x in metrics_urls],
+        f"--bucket {shlex.quote(bucket)}",
+        *[f"--log {shlex.quote(x)}" for x in logs],
+        *[f"--metrics-url {shlex.quote(x)}" for x in metrics_urls],
+        *([f"--probe-spool {shlex.quote(probe_spool)}"] if probe_spool else []),
+        *[f"--probe-url {shlex.quote(x)}" for x in probe_urls],
     ]
-    click.echo(
-        f"* * * * * {exe} run --duration 55 {' '.join(args)} >>/var/log/leakcollect.log 2>&1"
-    )
+    cmd = f"{exe} run --duration 55 {' '.join(args)} >>/var/log/leakcollect.log 2>&1"
+    click.echo("* * * * * " + cmd.replace("%", "\\%"))  # cron turns a bare % into a newline
 
 
 @cli.command("systemd-units")

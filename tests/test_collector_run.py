@@ -195,6 +195,23 @@ def test_config_file_and_cron_line(tmp_path) -> None:
     assert line.startswith("* * * * * ") and "--duration 55" in line
     units = leakcollect("systemd-units", "--bucket", "/data/traces").stdout
     assert "[Timer]" in units and "OnCalendar" in units
+    url = "http://127.0.0.1:30000/v1/chat/completions?q=a%20b"
+    line = leakcollect(
+        "cron-line",
+        "--bucket",
+        "/data/my traces",
+        "--probe-spool",
+        "/var/tmp/sp",
+        "--probe-url",
+        url,
+    ).stdout.strip()
+    assert "%" not in line.replace("\\%", "")  # cron would cut the line at a bare %
+    import shlex
+
+    argv = shlex.split(line[len("* * * * * ") :].replace("\\%", "%"))
+    assert argv[argv.index("--bucket") + 1] == "/data/my traces"
+    assert argv[argv.index("--probe-url") + 1] == url
+    assert argv[argv.index("--probe-spool") + 1] == "/var/tmp/sp"
 
 
 def test_sigkill_at_random_points_loses_nothing(tmp_path) -> None:
