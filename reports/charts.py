@@ -114,6 +114,7 @@ def _axes(
     ymax: float,
     x: Callable[[float], float],
     y: Callable[[float], float],
+    ymin: float = 0.0,
 ) -> None:
     step = next((st for st in _TIME_STEPS if (t1 - t0) / st <= 8), _TIME_STEPS[-1])
     first = (int(t0) // step + 1) * step
@@ -125,8 +126,8 @@ def _axes(
             else d.strftime("%H:%M")
         )
         c.x_ticks.append(Tick(_f(x(tt)), label))
-    ystep = _nice(ymax / GIB / 5)
-    v = 0.0
+    ystep = _nice((ymax - ymin) / GIB / 5)
+    v = ymin / GIB
     while v * GIB <= ymax:
         c.y_ticks.append(Tick(_f(y(v * GIB)), f"{v:g}"))
         v += ystep
@@ -238,16 +239,23 @@ def build_alloc_chart(a: AllocSeries) -> Chart:
         "reserved": list(a.reserved),
         "nvml": list(a.nvml),
     }
-    top = max((v for vs in values.values() for v in vs if v is not None), default=0)
-    ymax = max(top * 1.1, GIB / 4)
+    # zoom on the band the lines live in (after start-up), on a whole-GiB-step floor:
+    # at 0-based scale, allocated, reserved and NVML of a full GPU draw as one line
+    settled = [v for vs in values.values() for v in vs[len(vs) // 10 :] if v is not None]
+    top = max(settled, default=0) or GIB / 4
+    low = min(settled, default=0)
+    step = _nice(max(top - low, GIB / 4) * 1.2 / GIB / 5) * GIB
+    ymin = max(0.0, (low - 0.1 * (top - low)) // step * step)
+    ymax = max(top + 0.1 * (top - low), ymin + step)
 
     def x(t: float) -> float:
         return c.plot_x + (t - t0) / (t1 - t0) * c.plot_w
 
     def y(v: float) -> float:
-        return c.plot_y + c.plot_h - max(min(v, ymax), 0) / ymax * c.plot_h
+        frac = (min(max(v, ymin), ymax) - ymin) / (ymax - ymin)
+        return c.plot_y + c.plot_h - frac * c.plot_h
 
-    _axes(c, t0, t1, ymax, x, y)
+    _axes(c, t0, t1, ymax, x, y, ymin)
     for key, label, css in ALLOC_LINES:
         pts = " ".join(
             f"{_f(x(t))},{_f(y(v))}" for t, v in zip(a.t, values[key], strict=True) if v is not None
