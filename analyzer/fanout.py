@@ -166,14 +166,19 @@ def analyze_fanout(
 
 
 class InlineExecutor(Executor):
-    """Runs each task when it is submitted, in this process: batches one at a time."""
+    """Runs each task when it is submitted, in this process: batches one at a time.
+    An error (or Ctrl-C) stops at once instead of waiting for the other batches."""
+
+    def __init__(self, on_done: Callable[[int], None] | None = None) -> None:
+        self.on_done = on_done
+        self.done = 0
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         fut: Future[Any] = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except BaseException as e:
-            fut.set_exception(e)
+        fut.set_result(fn(*args, **kwargs))
+        self.done += 1
+        if self.on_done:
+            self.on_done(self.done)
         return fut
 
 
@@ -204,18 +209,23 @@ def analyze_local(
             now=now,
             memory_limit=memory_limit,
         )
+    batches = -(-len(hosts) // batch_hosts)
     if progress:
-        progress(f"{len(hosts)} hosts: analysing in batches of {batch_hosts}")
+        progress(f"{len(hosts)} hosts: analysing them in {batches} batches of {batch_hosts}")
+
+    def done(i: int) -> None:
+        if progress:
+            progress(f"batch {i}/{batches} done")
+
     return analyze_fanout(
         bucket,
         packs,
-        InlineExecutor(),
+        InlineExecutor(done),
         scope=scope,
         overrides=overrides,
         now=now,
         memory_limit=memory_limit,
         hosts_per_task=batch_hosts,
-        progress=progress,
     )
 
 

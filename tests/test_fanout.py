@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from analyzer.bucket import Scope
-from analyzer.fanout import analyze_fanout, list_hosts
+from analyzer.fanout import analyze_fanout, analyze_local, list_hosts
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
 
@@ -35,6 +35,33 @@ def test_thread_fanout_is_identical(sim_bucket) -> None:
     assert [f.rule_id for f in fanned.findings] == [f.rule_id for f in local.findings]
 
 
+def test_local_batches_are_identical_and_say_so(sim_bucket) -> None:
+    packs = load_packs()
+    one = analyze(sim_bucket[0], packs, now=NOW)
+    said: list[str] = []
+    batched = analyze_local(sim_bucket[0], packs, now=NOW, batch_hosts=4, progress=said.append)
+    assert _comparable(batched) == _comparable(one)
+    n = -(-len(one.hosts) // 4)
+    assert said[0].endswith(f"in {n} batches of 4") and said[1:] == [
+        f"batch {i}/{n} done" for i in range(1, n + 1)
+    ]
+
+
+def test_a_failing_batch_stops_the_run(sim_bucket, monkeypatch) -> None:
+    from analyzer import fanout
+
+    calls: list[object] = []
+
+    def boom(*a, **kw):
+        calls.append(a)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(fanout, "_task", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        analyze_local(sim_bucket[0], load_packs(), now=NOW, batch_hosts=2)
+    assert len(calls) == 1  # the later batches never ran
+
+
 def test_list_hosts_respects_scope(sim_bucket) -> None:
     all_hosts = list_hosts(sim_bucket[0], Scope())
     assert "healthy-static-00" in all_hosts and len(all_hosts) == len(sim_bucket[1]["hosts"])
@@ -42,7 +69,7 @@ def test_list_hosts_respects_scope(sim_bucket) -> None:
     assert list_hosts(sim_bucket[0], Scope(since=dt.date(2030, 1, 1))) == []
 
 
-def test_dask_local_cluster_via_cli(sim_bucket) -> None:
+def test_dask_and_batches_via_cli(sim_bucket) -> None:
     pytest.importorskip("distributed")
     args = [
         sys.executable,
@@ -61,12 +88,20 @@ def test_dask_local_cluster_via_cli(sim_bucket) -> None:
     )
     assert dask.returncode == 0, dask.stderr[-3000:]
     assert "local cluster, 2 workers" in dask.stderr
-    a, b = json.loads(local.stdout), json.loads(dask.stdout)
-    for d in (a, b):
+    batched = subprocess.run(
+        [*args, "--batch-hosts", "5", "--memory-limit", "500MB"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert batched.returncode == 0, batched.stderr[-3000:]
+    assert "batches of 5" in batched.stderr
+    a, b, c = json.loads(local.stdout), json.loads(dask.stdout), json.loads(batched.stdout)
+    for d in (a, b, c):
         d["run"].pop("generated_at")
         for r in d["run"]["rules"]:
             r.pop("duration_s")
-    assert a == b
+    assert a == b == c
 
 
 def test_fanout_sees_hosts_that_stopped_reporting(tmp_path) -> None:
