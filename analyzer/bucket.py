@@ -169,7 +169,10 @@ def open_bucket(
     An ``s3://`` bucket's objects (pruned by date and host first) are copied once
     into ``stage_dir`` (a temporary folder if not given) and read from there:
     every rollup scans some tables more than once, and over the network each scan
-    would fetch the objects again.
+    would fetch the objects again. Objects are copied whole: fetching only the
+    columns some query names read more bytes, not fewer, on objects of a few
+    hundred KB (48 MB against 43 MB for 12 hosts of the fleet-week benchmark,
+    through three times the requests).
     """
     path = Path(bucket)
     s3 = None
