@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import math
@@ -24,6 +25,7 @@ from analyzer.findings import (
     iso_utc,
 )
 from analyzer.packs import Pack, Rule
+from collector.store import is_s3
 
 Progress = Callable[[str], None]
 
@@ -107,7 +109,9 @@ def analyze(
     scope = scope or Scope()
     overrides = overrides or {}
     say = progress or (lambda _m: None)
-    with tempfile.TemporaryDirectory(prefix="leakreport-") as stage:
+    # an s3:// bucket's objects are staged here for the analysis (see open_bucket)
+    staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
+    with staging or contextlib.nullcontext() as stage:
         return _analyze(
             bucket, packs, scope, overrides, only_rules, say, now, memory_limit, with_series, stage
         )
@@ -123,7 +127,7 @@ def _analyze(
     now: dt.datetime | None,
     memory_limit: str | None,
     with_series: bool,
-    stage: str,
+    stage: str | None,
 ) -> FindingsDocument:
     con, files = open_bucket(bucket, scope, memory_limit=memory_limit, stage_dir=stage)
     try:

@@ -69,14 +69,6 @@ def acquire_lock(state_dir: Path) -> IO[str]:
     return f
 
 
-def _snapshot_pid(name: str) -> int:
-    """``snapshot-<host>-<pid>-<time>.pickle`` -> pid (the host may contain dashes)."""
-    try:
-        return int(name.rsplit("-", 2)[-2])
-    except (IndexError, ValueError):
-        return 0
-
-
 @dataclass
 class _Status:
     rows: int = 0
@@ -220,9 +212,9 @@ def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None
         snaps = []
         for snap in drained.snapshots:
             where = writer.put_file("snapshots", now.date(), snap)
+            pid, size = spool.snapshot_pid(snap.name), snap.stat().st_size
             snaps.append(
-                {"ts": now, "host": cfg.host, "pid": _snapshot_pid(snap.name), "path": where}
-                | {"size_bytes": snap.stat().st_size}
+                {"ts": now, "host": cfg.host, "pid": pid, "path": where, "size_bytes": size}
             )
             written += 1
         written += len(writer.write("allocator_snapshots", snaps))

@@ -60,6 +60,14 @@ def _record(rec: Any, host: str) -> dict[str, Any]:
     return row
 
 
+def snapshot_pid(name: str) -> int:
+    """``snapshot-<host>-<pid>-<time>.pickle`` -> pid (the host may contain dashes)."""
+    try:
+        return int(name.rsplit("-", 2)[-2])
+    except (IndexError, ValueError):
+        return 0
+
+
 def drain(spool: str | os.PathLike[str], host: str, stale_s: float = 300.0) -> Drained:
     """Read what the probe has finished writing. Never deletes anything."""
     out = Drained()

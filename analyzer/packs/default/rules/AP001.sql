@@ -9,7 +9,7 @@ evidence    = ["bins", "first_allocated_mib", "last_allocated_mib", "growth_mib"
                "rate_mib_per_h", "reserved_growth_mib", "role", "confidence"]
 description = """
 From the in-process allocator probe: the floor of torch.cuda.memory_allocated()
-(memory held by live tensors, lowest value per $alloc_bin_minutes-minute bin,
+(memory held by live tensors, lowest value per bin of rollup.alloc_bin_s, 5 min,
 so idle moments count) rose from each quarter of the process lifetime to the
 next and was still rising in the last quarter. Allocated memory is what the
 program still references; the caching allocator cannot give it back. This is
@@ -25,7 +25,6 @@ stack that made them.
 """
 references  = ["https://pytorch.org/docs/stable/torch_cuda_memory.html"]
 [params]
-alloc_bin_minutes = 5    # informational: the rollup's bin (rollup.alloc_bin_s)
 min_bins = 8
 min_growth_mib = 256
 min_late_fraction = 0.15 # growth in the last quarter at least this share of the total
