@@ -1,5 +1,20 @@
-"""Exit codes of ``leakreport`` (DESIGN §6)."""
+"""Exit codes of ``leakreport`` (DESIGN §6), one table for the CLI, README and --help."""
 
-OK = 0  # nothing at or above --fail-on
+OK = 0  # clean: nothing at or above --fail-on, and everything in scope was checked
 FINDINGS = 1  # findings at or above --fail-on
-ERROR = 2  # usage, bucket or pack error
+ERROR = 2  # usage or input error (bad option, bucket that is not one, broken pack)
+INCOMPLETE = 3  # the analysis could not check everything: errored rules, unreadable
+#                 files, or no data in scope; the reasons are on stderr and in the document
+
+TABLE = (
+    (OK, "clean: nothing at or above --fail-on, everything in scope checked"),
+    (FINDINGS, "findings at or above --fail-on"),
+    (ERROR, "usage or input error (bad option, not a bucket, broken pack)"),
+    (INCOMPLETE, "analysis incomplete: errored rules, unreadable files or no data in scope"),
+)
+
+
+def help_text() -> str:
+    """The exit-code table as one paragraph for click help (\b keeps the lines)."""
+    lines = "\n".join(f"  {code}  {text}" for code, text in TABLE)
+    return f"\b\nExit codes:\n{lines}"

@@ -20,7 +20,7 @@ from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
 from analyzer.series import stale_hosts
 
-_STATUS_RANK = {"skipped": 0, "passed": 1, "failed": 2, "errored": 3}
+_STATUS_RANK = {"skipped": 0, "clean": 1, "fired": 2, "errored": 3}
 
 
 def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:

@@ -16,7 +16,9 @@ from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
 
 FINDINGS_SCHEMA_VERSION = 1
 
-RULE_STATUSES = ("passed", "failed", "skipped", "errored")
+# fired: found something; clean: ran, found nothing; skipped: an input was missing
+# (reason says which); errored: the rule could not run (reason says why).
+RULE_STATUSES = ("fired", "clean", "skipped", "errored")
 
 
 def iso_utc(v: Any) -> str | None:

@@ -83,7 +83,7 @@ def textfile(doc: FindingsDocument) -> str:
         lambda f: _number(f, "hours_to_oom", f.category == "oom.forecast", 3600),
     )
     out += _family("rules", "Rules of the last analysis by status.")
-    for status in ("passed", "failed", "skipped", "errored"):
+    for status in ("fired", "clean", "skipped", "errored"):
         out.append(
             f'{PREFIX}_rules{{status="{status}"}} {sum(1 for r in doc.run.rules if r.status == status)}'
         )

@@ -154,7 +154,7 @@ def _analyze(
             for rule in pack.rules:
                 if only_rules is not None and rule.id not in only_rules:
                     continue
-                st = RuleStatus(rule.id, rule.name, pack.name, "passed")
+                st = RuleStatus(rule.id, rule.name, pack.name, "clean")
                 statuses.append(st)
                 if not rule.enabled:
                     st.status, st.reason = "skipped", "disabled in its metadata"
@@ -171,7 +171,7 @@ def _analyze(
                     found = []
                 st.duration_s = round(time.perf_counter() - t1, 4)
                 if found:
-                    st.status, st.findings = "failed", len(found)
+                    st.status, st.findings = "fired", len(found)
                 doc.findings.extend(found)
                 say(f"{rule.id} {st.status} ({len(found)} findings, {st.duration_s:.2f}s)")
         doc.run.rules = statuses

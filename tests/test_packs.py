@@ -84,7 +84,7 @@ def test_broken_rule_fails_alone(tmp_path) -> None:
     BucketWriter(bucket, "host-a").write("gpu_samples", generate_gpu({"cycles": 1})["gpu_samples"])
     doc = analyze(bucket, load_packs([pack], builtin=False))
     status = {r.rule_id: r for r in doc.run.rules}
-    assert status["U1"].status == "failed" and status["U1"].findings == 1
+    assert status["U1"].status == "fired" and status["U1"].findings == 1
     assert status["U2"].status == "errored" and "U2.sql" in status["U2"].reason
     assert status["U3"].status == "errored" and "U3.sql:5" in status["U3"].reason
 
