@@ -8,11 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from collector.procfs import ProcFS, summarize_maps
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parent / "corpus"
 NOW = dt.datetime.now(dt.UTC)
 
 
@@ -49,7 +47,6 @@ def _blocks() -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 def test_maps_summary_of_real_cuda_processes() -> None:
     b = _blocks()
     uvm = summarize_maps(b["pytorch/pytorch#35609"])
@@ -63,7 +60,6 @@ def test_maps_summary_of_real_cuda_processes() -> None:
     assert criu["other_count"] == 4
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
     root = tmp_path / "proc"
     (root / "4242").mkdir(parents=True)
