@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import analyzer.sim  # noqa: F401 - makes ``simulator`` importable before a reinstall
 from analyzer.bucket import Scope
 from analyzer.categories import CATEGORIES, LEAK_CATEGORIES
 from analyzer.findings import FindingsDocument
 from analyzer.packs import Pack, load_packs
 from analyzer.runner import analyze
-from analyzer.sim.generate import DEFAULT_START, simulate
-from analyzer.sim.model import exhaustion_s
+from simulator.generate import DEFAULT_START, simulate
+from simulator.model import exhaustion_s
 
 TARGET_SHARE = 0.20  # flag each leak within the first 20 % of onset -> OOM
 
@@ -154,7 +155,7 @@ def run_eval(
     step_min: int = 10,
     progress: Callable[[str], None] | None = None,
 ) -> EvalResult:
-    from analyzer.sim.scenarios import SCENARIOS
+    from simulator.scenarios import SCENARIOS
 
     say = progress or (lambda _m: None)
     bucket = workdir / "bucket"

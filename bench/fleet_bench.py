@@ -25,9 +25,9 @@ def main(out: str, gpus: int = 1000, hours: float = 2.0) -> None:
     from analyzer import fleet
     from analyzer.packs import load_packs
     from analyzer.runner import analyze
-    from analyzer.sim.generate import simulate
-    from analyzer.sim.scenarios import SCENARIOS
     from reports.fleet import write_fleet
+    from simulator.generate import simulate
+    from simulator.scenarios import SCENARIOS
 
     per_host = sum(s.gpus for s in SCENARIOS.values()) / len(SCENARIOS)
     hosts = max(len(SCENARIOS), math.ceil(gpus / per_host))

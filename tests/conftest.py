@@ -12,7 +12,7 @@ CORPUS = REPO / "tests" / "corpus"
 @pytest.fixture(scope="session")
 def sim_bucket(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """Every scenario, one host each, 6 simulated hours (shared, read-only)."""
-    from analyzer.sim.generate import simulate
+    from simulator.generate import simulate
 
     root = tmp_path_factory.mktemp("sim")
     bucket, labels = root / "bucket", root / "labels.json"

@@ -13,7 +13,7 @@ from analyzer import compact as compact_mod
 from analyzer.bucket import open_bucket
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from analyzer.sim.generate import simulate
+from simulator.generate import simulate
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 

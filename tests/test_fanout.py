@@ -105,7 +105,7 @@ def test_dask_and_batches_via_cli(sim_bucket) -> None:
 
 
 def test_fanout_sees_hosts_that_stopped_reporting(tmp_path) -> None:
-    from analyzer.sim.generate import simulate
+    from simulator.generate import simulate
 
     simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=1)
     simulate("cache-warmup", tmp_path, hosts=1, hours=0.5, seed=1)

@@ -116,8 +116,8 @@ def test_data_gaps_reach_the_summary(tmp_path) -> None:
 
     from analyzer.packs import load_packs
     from analyzer.runner import analyze
-    from analyzer.sim.generate import simulate
     from collector.writer import BucketWriter
+    from simulator.generate import simulate
 
     simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=1)
     simulate("cache-warmup", tmp_path, hosts=1, hours=0.5, seed=1)  # stops half-way

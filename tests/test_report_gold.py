@@ -9,8 +9,8 @@ from pathlib import Path
 
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from analyzer.sim.generate import simulate
 from reports.render import render_report
+from simulator.generate import simulate
 
 GOLD = Path(__file__).resolve().parent / "gold" / "report.html"
 

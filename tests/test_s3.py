@@ -17,7 +17,7 @@ import pytest
 from analyzer.bucket import Scope
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from analyzer.sim.generate import simulate
+from simulator.generate import simulate
 
 MOTO = Path(sys.executable).with_name("moto_server")
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)

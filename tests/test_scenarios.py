@@ -7,7 +7,7 @@ import json
 from analyzer.categories import LEAK_CATEGORIES
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from analyzer.sim.generate import simulate
+from simulator.generate import simulate
 
 
 def _found(doc) -> dict[str, dict[str, set[str]]]:

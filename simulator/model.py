@@ -13,7 +13,7 @@ import random
 
 import polars as pl
 
-from analyzer.sim.scenarios import Scenario
+from simulator.scenarios import Scenario
 
 STEP_S = 10
 STARTUP_S = 60

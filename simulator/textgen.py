@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from analyzer.sim.scenarios import Scenario
+from simulator.scenarios import Scenario
 
 
 def sglang_prefix(ts: dt.datetime, tp_rank: int | None) -> str:

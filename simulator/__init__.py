@@ -1,0 +1,1 @@
+"""The simulated fleet: labelled scenarios written through the real writer."""
