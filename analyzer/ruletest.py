@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
+import threading
 import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+import duckdb
+
 from analyzer.findings import Finding
-from analyzer.packs import Pack
+from analyzer.packs import Pack, Rule
 from collector.writer import BucketWriter
 
 MIB = 1024 * 1024
@@ -58,7 +62,11 @@ GEN_DEFAULTS: dict[str, Any] = {
     # the request-latency probe (http_probes every 60 s); 0 = none
     "probe_latency_s": 0.0,
     "probe_latency_growth_per_cycle": 0.0,
+    "idle_util_pct": 1.0,  # GPU utilisation while idle (busy is 85 %)
 }
+# A rule's status in a case: fired (findings), clean (ran, none), skipped, errored.
+STATUSES = ("fired", "clean", "skipped", "errored")
+_STATUS_WORDS = {"passed": "clean", "failed": "fired"}  # the older names
 
 
 @dataclass
@@ -70,6 +78,9 @@ class Case:
     expect_count: int | None = None
     expect: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    # None: the rule must run (fired or clean); a case about a rule that cannot
+    # run says so with expect_status = "skipped" (or "errored")
+    expect_status: str | None = None
 
 
 def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -120,7 +131,7 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                         "memory_total_bytes": total,
                         "memory_used_bytes": u,
                         "memory_free_bytes": total - u,
-                        "utilization_gpu_pct": 85.0 if busy else 1.0,
+                        "utilization_gpu_pct": 85.0 if busy else float(p["idle_util_pct"]),
                     }
                 )
                 done = (
@@ -219,6 +230,11 @@ def load_cases(path: Path, pack: str) -> list[Case]:
     cases = []
     for i, c in enumerate(doc.get("case", []), 1):
         name = str(c.get("name", f"case{i}"))
+        want = c.get("expect_status")
+        if want is not None and want not in STATUSES:
+            raise ValueError(
+                f"{path}: case {name!r}: expect_status {want!r} is not one of {', '.join(STATUSES)}"
+            )
         cases.append(
             Case(
                 id=f"{pack}/{rule_id}/{name}",
@@ -228,6 +244,7 @@ def load_cases(path: Path, pack: str) -> list[Case]:
                 expect_count=c.get("expect_count"),
                 expect=list(c.get("expect", [])),
                 params=dict(c.get("params", {})),
+                expect_status=want,
             )
         )
     return cases
@@ -256,6 +273,10 @@ def write_case_bucket(case: Case, bucket: Path) -> None:
         BucketWriter(bucket, host).write(table, rows)
 
 
+def status_word(status: str) -> str:
+    return _STATUS_WORDS.get(status, status)
+
+
 def _matches(f: Finding, want: dict[str, Any]) -> list[str]:
     bad = []
     for k, v in want.items():
@@ -264,13 +285,40 @@ def _matches(f: Finding, want: dict[str, Any]) -> list[str]:
                 got = f.evidence.get(ek)
                 if got is None or (got < ev if k == "min" else got > ev):
                     bad.append(f"evidence {ek}={got} not {'>=' if k == 'min' else '<='} {ev}")
+        elif k == "summary_contains":
+            if str(v) not in f.summary:
+                bad.append(f"summary {f.summary!r} lacks {v!r}")
         elif getattr(f, k, f.evidence.get(k)) != v:
             bad.append(f"{k}={getattr(f, k, f.evidence.get(k))!r}, want {v!r}")
     return bad
 
 
+def check_result(case: Case, status: str, reason: str, found: list[Finding]) -> list[str]:
+    """Problems with one rule run against a case's expectations (empty = passed)."""
+    status = status_word(status)
+    problems = []
+    if case.expect_status is None:
+        if status in ("skipped", "errored"):
+            problems.append(
+                f"rule {status}: {reason} (a case whose rule did not run proves nothing; "
+                f'write expect_status = "{status}" if that is what it tests)'
+            )
+    elif status != case.expect_status:
+        problems.append(f"rule {status} ({reason or 'no reason given'}), want {case.expect_status}")
+    if case.expect_count is not None and len(found) != case.expect_count:
+        problems.append(
+            f"expected {case.expect_count} findings, got {len(found)}: "
+            + "; ".join(f.summary for f in found)
+        )
+    for want in case.expect:
+        if not any(not _matches(f, want) for f in found):
+            detail = "; ".join(", ".join(_matches(f, want)) for f in found) or "no findings"
+            problems.append(f"no finding matches {want}: {detail}")
+    return problems
+
+
 def run_case(case: Case, packs: list[Pack]) -> list[str]:
-    """Problems found (empty list = the case passed)."""
+    """Problems found (empty list = the case passed), through the full analysis."""
     from analyzer.runner import analyze
 
     rules = {r.id: r for p in packs for r in p.rules}
@@ -289,19 +337,67 @@ def run_case(case: Case, packs: list[Pack]) -> list[str]:
             overrides={case.rule_id: case.params},
             with_series=False,
         )
-    problems = [
-        f"rule {s.status}: {s.reason}"
-        for s in doc.run.rules
-        if s.rule_id == case.rule_id and s.status == "errored"
-    ]
-    found = doc.findings
-    if case.expect_count is not None and len(found) != case.expect_count:
-        problems.append(
-            f"expected {case.expect_count} findings, got {len(found)}: "
-            + "; ".join(f.summary for f in found)
-        )
-    for want in case.expect:
-        if not any(not _matches(f, want) for f in found):
-            detail = "; ".join(", ".join(_matches(f, want)) for f in found) or "no findings"
-            problems.append(f"no finding matches {want}: {detail}")
-    return problems
+    mine = [s for s in doc.run.rules if s.rule_id == case.rule_id]
+    if not mine:
+        return [f"{case.path}: the analysis reported no status for {case.rule_id}"]
+    return check_result(case, mine[0].status, mine[0].reason or "", doc.findings)
+
+
+class CaseBucket:
+    """One case's bucket, opened once with its rollups built, to run many
+    versions of a rule against (the mutation check). A context manager."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.files: dict[str, int] = {}
+
+    def __enter__(self) -> CaseBucket:
+        from analyzer import logevents, rollup
+        from analyzer.bucket import open_bucket
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="leakreport-case-")
+        try:
+            write_case_bucket(self.case, Path(self._tmp.name))
+            self.con, self.files = open_bucket(self._tmp.name)
+            logevents.build(self.con)
+            rollup.build(self.con, None)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def run(self, rule: Rule, timeout_s: float = 20.0) -> tuple[str, str, list[Finding]]:
+        """(status, reason, findings) of one rule, as the analysis would report them;
+        a rule still running after timeout_s is interrupted and counts as errored."""
+        from analyzer.runner import RuleOutputError, run_rule
+
+        assert self.con is not None, "CaseBucket.run outside its with-block"
+        if not rule.enabled:
+            return "skipped", "disabled in its metadata", []
+        absent = [t for t in rule.requires if not any(self.files.get(x) for x in t.split("|"))]
+        if absent:
+            return "skipped", f"no data in table(s) {', '.join(absent)}", []
+        timer = threading.Timer(timeout_s, self.con.interrupt)
+        timer.start()
+        try:
+            found = run_rule(self.con, rule, self.case.params)
+        except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
+            return "errored", f"{rule.path}: {e}", []
+        finally:
+            timer.cancel()
+        return ("fired" if found else "clean"), "", found
