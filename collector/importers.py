@@ -2,10 +2,14 @@
 
 - ``nvidia-smi --query-gpu=... --format=csv [-l N]`` output: units in headers and
   values, ``[N/A]`` / ``Not Supported``, any column order, header once or repeated;
-- ``<ISO-8601 time> <MiB>`` lines written by a cron loop around nvidia-smi;
+  a file that also holds other text (banners, tables, blank lines) keeps its valid
+  rows and counts the rest; a ``--query-compute-apps`` section becomes process rows;
+- ``<ISO-8601 time> <MiB>`` lines, or a ``date`` + ``nvidia-smi --query-gpu=memory.used``
+  loop's output;
 - a whole past server log (lines kept by signature, with the line's own time).
 
-Bad input raises :class:`ImportError_` naming the file and line.
+nvidia-smi and the servers print local time: ``tz`` names the zone (default UTC).
+A file with nothing readable raises :class:`ImportError_` naming the file and line.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from collector import logsig
 
@@ -41,6 +47,11 @@ _FIELDS = {
     "memory.reserved": "memory_reserved_bytes",
     "utilization.gpu": "utilization_gpu_pct",
     "utilization.memory": "utilization_memory_pct",
+    # --query-compute-apps
+    "pid": "pid",
+    "process_name": "process_name",
+    "used_gpu_memory": "used_gpu_memory_bytes",
+    "used_memory": "used_gpu_memory_bytes",
 }
 _UNITS = {
     "b": 1,
@@ -72,63 +83,125 @@ def _value(field: str, raw: str, unit: str | None, path: str, line: int) -> Any:
     if field == "ts":
         for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
             try:
-                return dt.datetime.strptime(v, fmt).replace(tzinfo=dt.UTC)
+                return dt.datetime.strptime(v, fmt)  # local time: the caller applies tz
             except ValueError:
                 pass
         try:
-            t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-            return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+            return dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError:
             raise ImportError_(path, line, f"unreadable timestamp {v!r}") from None
-    if field in ("gpu_uuid", "gpu_name"):
+    if field in ("gpu_uuid", "gpu_name", "process_name"):
         return v
     m = re.match(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]*)$", v)
     if not m:
         raise ImportError_(path, line, f"unreadable {field} value {v!r}")
     num, vunit = float(m.group(1)), (m.group(2) or unit or "").lower()
-    if field == "gpu_index":
+    if field in ("gpu_index", "pid"):
         return int(num)
     if field.endswith("_bytes"):
         return int(num * _UNITS.get(vunit, MIB))  # nvidia-smi reports MiB when nounits
     return num
 
 
-def nvidia_smi_csv(
+@dataclass
+class Imported:
+    """What an importer kept, and what it skipped (``file:line: why``, first few)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)  # gpu_samples (or log_lines)
+    processes: list[dict[str, Any]] = field(default_factory=list)  # gpu_processes
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+
+    def skip(self, path: str | os.PathLike[str], line: int, why: str) -> None:
+        self.skipped += 1
+        if len(self.skipped_examples) < 5:
+            self.skipped_examples.append(f"{path}:{line}: {why}")
+
+    def summary(self) -> str:
+        """One line for stderr: counts, then the first lines skipped and why."""
+        text = f"kept {len(self.rows)} rows"
+        if self.processes:
+            text += f" and {len(self.processes)} process rows"
+        if self.skipped:
+            text += f"; skipped {self.skipped} lines (" + "; ".join(self.skipped_examples)
+            text += ", ..." if self.skipped > len(self.skipped_examples) else ""
+            text += ")"
+        return text
+
+
+def zone(tz: str | dt.tzinfo | None) -> dt.tzinfo:
+    """The zone naive times are read in (nvidia-smi and servers print local time)."""
+    if tz is None or isinstance(tz, dt.tzinfo):
+        return tz or dt.UTC
+    try:
+        return dt.UTC if tz.upper() in ("UTC", "Z") else ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {tz!r} (use a name such as Europe/Berlin)") from None
+
+
+def _is_header(parts: list[str], cols: list[tuple[str | None, str | None]]) -> bool:
+    return any(c[0] for c in cols) and not any(re.match(r"^[-+]?\d", p) for p in parts)
+
+
+def read_nvidia_smi_csv(
     path: str | os.PathLike[str],
     host: str,
     *,
     start: dt.datetime | None = None,
     interval: float = 1.0,
     columns: str | None = None,
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+    tz: str | dt.tzinfo | None = None,
+    strict: bool = False,
+) -> Imported:
+    """GPU rows (``--query-gpu``) and process rows (``--query-compute-apps``) of a file
+    that may also hold banners, tables and blank lines: those are skipped and counted
+    (``strict`` raises at the first instead). Naive timestamps are read in ``tz``."""
+    zone_ = zone(tz)
+    out = Imported()
     header: list[tuple[str | None, str | None]] | None = None
     if columns:
         header = [_column(c) for c in columns.split(",")]
     t0 = start or dt.datetime.fromtimestamp(os.path.getmtime(path), dt.UTC)
-    sample = -1
+    sample, position = -1, 0
     seen_in_sample: set[int] = set()
-    position = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
+    first_error: ImportError_ | None = None
+    last_ts: dt.datetime | None = None
+    pending: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip().lstrip("\ufeff")
             if not line or line.startswith("#"):
                 continue
             parts = [p.strip() for p in line.split(",")]
             cols = [_column(p) for p in parts]
-            if any(c[0] for c in cols) and not any(re.match(r"^[-+]?\d", p) for p in parts):
-                header = cols  # a (repeated) header line
+            if _is_header(parts, cols):
+                header = cols  # a (repeated) header line, GPU or compute-apps
                 continue
-            if header is None:
-                raise ImportError_(
-                    path, n, "data before any header line (give --columns for noheader output)"
-                )
-            if len(parts) != len(header):
-                raise ImportError_(path, n, f"{len(parts)} fields, header has {len(header)}")
-            rec: dict[str, Any] = {"host": host}
-            for (fld, unit), raw in zip(header, parts, strict=True):
-                if fld:
-                    rec[fld] = _value(fld, raw, unit, str(path), n)
+            try:
+                if header is None:
+                    raise ImportError_(
+                        path, n, "data before any header line (give --columns for noheader output)"
+                    )
+                if len(parts) != len(header):
+                    raise ImportError_(path, n, f"{len(parts)} fields, header has {len(header)}")
+                rec: dict[str, Any] = {"host": host}
+                for (fld, unit), value in zip(header, parts, strict=True):
+                    if fld:
+                        rec[fld] = _value(fld, value, unit, str(path), n)
+            except ImportError_ as e:
+                if strict:
+                    raise
+                first_error = first_error or e
+                out.skip(path, n, str(e).split(": ", 1)[1])
+                continue
+            if isinstance(rec.get("ts"), dt.datetime) and rec["ts"].tzinfo is None:
+                rec["ts"] = rec["ts"].replace(tzinfo=zone_).astimezone(dt.UTC)
+            if "pid" in rec:  # a --query-compute-apps row: at the GPU sample before it
+                rec["ts"] = rec.get("ts") or last_ts
+                out.processes.append(rec)
+                if rec["ts"] is None:
+                    pending.append(rec)
+                continue
             # a new sample starts when a GPU index comes round again (-l N repeats rows)
             idx = rec.get("gpu_index")
             if sample < 0 or (idx if idx is not None else position) in seen_in_sample:
@@ -140,75 +213,167 @@ def nvidia_smi_csv(
             rec["gpu_index"] = idx
             if rec.get("ts") is None:
                 rec["ts"] = t0 + dt.timedelta(seconds=interval * sample)
+            last_ts = rec["ts"]
             if (
                 rec.get("memory_free_bytes") is None
                 and rec.get("memory_total_bytes") is not None
                 and rec.get("memory_used_bytes") is not None
             ):
                 rec["memory_free_bytes"] = rec["memory_total_bytes"] - rec["memory_used_bytes"]
-            rows.append(rec)
-    if not rows:
-        raise ImportError_(path, 1, "no data rows")
-    return rows
+            rec.pop("pid", None)
+            out.rows.append(rec)
+            for p in pending:  # process rows printed before any GPU sample
+                p["ts"] = last_ts
+            pending.clear()
+    if not out.rows and not out.processes:
+        raise first_error or ImportError_(path, 1, "no data rows")
+    _place_processes(out, t0)
+    return out
+
+
+def _place_processes(out: Imported, t0: dt.datetime) -> None:
+    """Process rows get their GPU's index (by UUID) and a time (their own, else the
+    nearest GPU sample's, else the file's start)."""
+    by_uuid = {r["gpu_uuid"]: r["gpu_index"] for r in out.rows if r.get("gpu_uuid")}
+    for p in out.processes:
+        p["gpu_index"] = by_uuid.get(p.get("gpu_uuid") or "")
+        p["ts"] = p.get("ts") or t0
+        p.pop("process_name", None)
+
+
+def nvidia_smi_csv(
+    path: str | os.PathLike[str],
+    host: str,
+    *,
+    start: dt.datetime | None = None,
+    interval: float = 1.0,
+    columns: str | None = None,
+    tz: str | dt.tzinfo | None = None,
+) -> list[dict[str, Any]]:
+    """The GPU rows of :func:`read_nvidia_smi_csv`."""
+    return read_nvidia_smi_csv(
+        path, host, start=start, interval=interval, columns=columns, tz=tz
+    ).rows
+
+
+_MEM_ISO = re.compile(
+    r"^(\S+(?:[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)[\s,]+(\d+(?:\.\d+)?)\s*(?:MiB)?$"
+)
+# `date` in the C locale: "Mon Nov 23 00:00:10 UTC 2026" (day space-padded)
+_DATE = re.compile(
+    r"^(?:[A-Z][a-z]{2}) +([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (?:([A-Z]{1,5}|[+-]\d{4}) )?(\d{4})$"
+)
+_MEM_ONLY = re.compile(r"^(\d+(?:\.\d+)?)(?: ?MiB)?$")
+
+
+def read_gpu_memory_log(
+    path: str | os.PathLike[str],
+    host: str,
+    *,
+    gpu: int = 0,
+    total_mib: float | None = None,
+    tz: str | dt.tzinfo | None = None,
+) -> Imported:
+    """``<ISO-8601 time> <MiB>`` lines, or the output of a ``date; nvidia-smi
+    --query-gpu=memory.used --format=csv,noheader`` loop: a ``date`` line, then one
+    memory line per GPU (GPU ``gpu``, ``gpu``+1, ...). Naive times are read in ``tz``;
+    other lines (nvidia-smi errors, headers) are skipped and counted."""
+    zone_ = zone(tz)
+    out = Imported()
+    total = int(total_mib * MIB) if total_mib else None
+    when: dt.datetime | None = None
+    k = 0
+
+    def add(ts: dt.datetime, index: int, mib: float) -> None:
+        used = int(mib * MIB)
+        out.rows.append(
+            {
+                "ts": ts.astimezone(dt.UTC),
+                "host": host,
+                "gpu_index": index,
+                "memory_used_bytes": used,
+                "memory_total_bytes": total,
+                "memory_free_bytes": total - used if total else None,
+            }
+        )
+
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            d = _DATE.match(line)
+            if d:
+                mon, day, hms, abbr, year = d.groups()
+                naive = dt.datetime.strptime(f"{year} {mon} {day} {hms}", "%Y %b %d %H:%M:%S")
+                z = dt.UTC if abbr in ("UTC", "GMT", "+0000") else zone_
+                when, k = naive.replace(tzinfo=z), 0
+                continue
+            m = _MEM_ONLY.match(line)
+            if m and when is not None:
+                add(when, gpu + k, float(m.group(1)))
+                k += 1
+                continue
+            m = _MEM_ISO.match(line)
+            if m and not _MEM_ONLY.match(line):
+                try:
+                    ts = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+                except ValueError:
+                    out.skip(path, n, f"unreadable time {m.group(1)!r}")
+                    continue
+                add(ts if ts.tzinfo else ts.replace(tzinfo=zone_), gpu, float(m.group(2)))
+                continue
+            out.skip(path, n, f"expected '<ISO-8601 time> <MiB>' or a date line, got {line[:80]!r}")
+    if not out.rows:
+        if out.skipped_examples:  # name the first line that could not be read
+            where, _, why = out.skipped_examples[0].rpartition(": ")
+            raise ImportError_(path, int(where.rsplit(":", 1)[1]), f"no samples; {why}")
+        raise ImportError_(path, 1, "no samples")
+    return out
 
 
 def gpu_memory_log(
-    path: str | os.PathLike[str], host: str, *, gpu: int = 0, total_mib: float | None = None
+    path: str | os.PathLike[str],
+    host: str,
+    *,
+    gpu: int = 0,
+    total_mib: float | None = None,
+    tz: str | dt.tzinfo | None = None,
 ) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(
-                r"^(\S+(?:[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)[\s,]+(\d+(?:\.\d+)?)\s*(?:MiB)?$",
-                line,
-            )
-            if not m:
-                raise ImportError_(path, n, f"expected '<ISO-8601 time> <MiB>', got {line[:80]!r}")
-            try:
-                ts = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
-            except ValueError:
-                raise ImportError_(path, n, f"unreadable time {m.group(1)!r}") from None
-            ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
-            used = int(float(m.group(2)) * MIB)
-            total = int(total_mib * MIB) if total_mib else None
-            rows.append(
-                {
-                    "ts": ts.astimezone(dt.UTC),
-                    "host": host,
-                    "gpu_index": gpu,
-                    "memory_used_bytes": used,
-                    "memory_total_bytes": total,
-                    "memory_free_bytes": total - used if total else None,
-                }
-            )
-    if not rows:
-        raise ImportError_(path, 1, "no samples")
-    return rows
+    """The rows of :func:`read_gpu_memory_log`."""
+    return read_gpu_memory_log(path, host, gpu=gpu, total_mib=total_mib, tz=tz).rows
 
 
 _TS_FULL = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})")
 _TS_MD = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})")
 
 
-def _line_time(text: str, year: int) -> dt.datetime | None:
+def _line_time(text: str, year: int, tz: dt.tzinfo = dt.UTC) -> dt.datetime | None:
+    """The line's own time, read in ``tz`` (servers print local time), as UTC."""
     m = _TS_FULL.search(text[:120])
-    if m:
-        return dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}+00:00")
-    m = _TS_MD.search(text[:160])
-    if m:
-        try:
-            return dt.datetime.fromisoformat(f"{year}-{m.group(1)}-{m.group(2)}T{m.group(3)}+00:00")
-        except ValueError:
-            return None
-    return None
+    try:
+        if m:
+            t = dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}")
+        else:
+            m = _TS_MD.search(text[:160])
+            if not m:
+                return None
+            t = dt.datetime.fromisoformat(f"{year}-{m.group(1)}-{m.group(2)}T{m.group(3)}")
+    except ValueError:
+        return None
+    return t.replace(tzinfo=tz).astimezone(dt.UTC)
 
 
 def server_log(
-    path: str | os.PathLike[str], host: str, *, year: int | None = None
+    path: str | os.PathLike[str],
+    host: str,
+    *,
+    year: int | None = None,
+    tz: str | dt.tzinfo | None = None,
 ) -> list[dict[str, Any]]:
+    """Lines of a whole server log that match a signature, each with its own time
+    (read in ``tz``; a line without one takes the previous line's)."""
+    zone_ = zone(tz)
     p = Path(path)
     mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)
     year = year or mtime.year
@@ -217,7 +382,7 @@ def server_log(
     with open(p, "rb") as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
-            when = _line_time(text, year) or last
+            when = _line_time(text, year, zone_) or last
             last = when or last
             sig = logsig.match(text)
             if sig is not None:

@@ -11,7 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector import exitcodes
-from collector.importers import ImportError_, gpu_memory_log, nvidia_smi_csv, server_log
+from collector.importers import (
+    ImportError_,
+    gpu_memory_log,
+    nvidia_smi_csv,
+    read_gpu_memory_log,
+    read_nvidia_smi_csv,
+    server_log,
+)
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MIB = 1 << 20
@@ -87,7 +94,10 @@ def test_gpu_memory_log(tmp_path) -> None:
         "ts"
     ].minute == 1
     f.write_text("2026-01-01T00:00:00Z 8311\nyesterday lots\n")
-    with pytest.raises(ImportError_, match="m.log:2:"):
+    got = read_gpu_memory_log(f, "h")
+    assert len(got.rows) == 1 and got.skipped == 1 and "m.log:2:" in got.summary()
+    f.write_text("# header\nyesterday lots\n")
+    with pytest.raises(ImportError_, match="m.log:2: no samples"):
         gpu_memory_log(f, "h")
 
 
@@ -144,3 +154,89 @@ def test_cli_imports_into_the_bucket(tmp_path) -> None:
         timeout=60,
     )
     assert r.returncode == exitcodes.NOTHING and "bad.csv:1:" in r.stderr
+
+
+# A paste as people post it: a BOM, a banner, the table view, a -l 5 CSV log with a
+# blank line, then a --query-compute-apps section (real header and value forms, see
+# tests/corpus/nvidia_smi.txt).
+PASTE = (
+    "\ufeff$ nvidia-smi --query-gpu=timestamp,index,uuid,memory.used,memory.total,utilization.gpu"
+    " --format=csv -l 5\n"
+    "Mon Aug 22 15:24:23 2022\n"
+    "+-----------------------------------------------------------------------------+\n"
+    "| NVIDIA-SMI 515.65.01    Driver Version: 515.65.01    CUDA Version: 11.7     |\n"
+    "timestamp, index, uuid, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
+    "2026/11/23 09:00:00.101, 0, GPU-aaa, 12012 MiB, 16303 MiB, 83 %\n"
+    "2026/11/23 09:00:00.109, 1, GPU-bbb, 9000 MiB, 16303 MiB, 0 %\n"
+    "\n"
+    "2026/11/23 09:00:05.102, 0, GPU-aaa, 12020 MiB, 16303 MiB, 80 %\n"
+    "2026/11/23 09:00:05.11\n"
+    "2026/11/23 09:00:05.110, 1, GPU-bbb, 9000 MiB, 16303 MiB, 0 %\n"
+    "pid, process_name, gpu_uuid, used_gpu_memory [MiB]\n"
+    "4101, python3, GPU-aaa, 11500 MiB\n"
+    "4102, python3, GPU-bbb, 8600 MiB\n"
+)
+
+
+def test_mixed_paste_keeps_valid_rows_and_counts_the_rest(tmp_path) -> None:
+    f = tmp_path / "paste.txt"
+    f.write_text(PASTE, encoding="utf-8")
+    got = read_nvidia_smi_csv(f, "h", tz="Europe/Berlin")
+    assert [(r["gpu_index"], r["memory_used_bytes"] // MIB) for r in got.rows] == [
+        (0, 12012),
+        (1, 9000),
+        (0, 12020),
+        (1, 9000),
+    ]
+    # local time in Berlin (UTC+1 in November) -> UTC
+    assert got.rows[0]["ts"] == dt.datetime(2026, 11, 23, 8, 0, 0, 101000, tzinfo=dt.UTC)
+    assert got.skipped == 4  # command line, banner date, table border and row, cut-off line
+    assert "paste.txt:2:" in got.summary() and "skipped 4 lines" in got.summary()
+    procs = sorted(
+        (p["pid"], p["gpu_index"], p["used_gpu_memory_bytes"] // MIB) for p in got.processes
+    )
+    assert procs == [(4101, 0, 11500), (4102, 1, 8600)]
+    assert all(p["ts"] == got.rows[-1]["ts"] for p in got.processes)
+    with pytest.raises(ImportError_, match="paste.txt:2: "):
+        read_nvidia_smi_csv(f, "h", strict=True)
+
+
+def test_tz_defaults_to_utc_and_rejects_unknown_zones(tmp_path) -> None:
+    f = tmp_path / "l.csv"
+    f.write_text("timestamp, index, memory.used [MiB]\n2026/11/23 09:00:00.000, 0, 5 MiB\n")
+    assert nvidia_smi_csv(f, "h")[0]["ts"] == dt.datetime(2026, 11, 23, 9, tzinfo=dt.UTC)
+    ny = nvidia_smi_csv(f, "h", tz="America/New_York")[0]["ts"]
+    assert ny == dt.datetime(2026, 11, 23, 14, tzinfo=dt.UTC)
+    with pytest.raises(ValueError, match="Mars/Olympus"):
+        nvidia_smi_csv(f, "h", tz="Mars/Olympus")
+
+
+def test_date_and_memory_loop(tmp_path) -> None:
+    f = tmp_path / "mem.log"
+    # while true; do date; nvidia-smi --query-gpu=memory.used --format=csv,noheader; sleep 10; done
+    f.write_text(
+        "Mon Nov 23 09:00:00 CET 2026\n12012 MiB\n9000 MiB\n"
+        "Mon Nov 23 09:00:10 CET 2026\n"
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        "Mon Nov 23 09:00:20 CET 2026\n12030 MiB\n9001 MiB\n"
+        "Tue Nov  3 00:00:00 UTC 2026\n100\n"
+    )
+    got = read_gpu_memory_log(f, "h", total_mib=16303, tz="Europe/Berlin")
+    assert [(r["gpu_index"], r["memory_used_bytes"] // MIB) for r in got.rows] == [
+        (0, 12012),
+        (1, 9000),
+        (0, 12030),
+        (1, 9001),
+        (0, 100),
+    ]
+    assert got.rows[0]["ts"] == dt.datetime(2026, 11, 23, 8, tzinfo=dt.UTC)
+    assert got.rows[-1]["ts"] == dt.datetime(2026, 11, 3, tzinfo=dt.UTC)  # says UTC itself
+    assert got.rows[0]["memory_free_bytes"] == (16303 - 12012) * MIB
+    assert got.skipped == 1 and "mem.log:5:" in got.summary()
+
+
+def test_server_log_times_read_in_tz(tmp_path) -> None:
+    f = tmp_path / "s.log"
+    f.write_text("[2026-11-23 09:00:00] The server is fired up and ready to roll!\n")
+    (row,) = server_log(f, "h", tz="Asia/Tokyo")
+    assert row["ts"] == dt.datetime(2026, 11, 23, 0, tzinfo=dt.UTC)
