@@ -139,13 +139,16 @@ LOG_LINES = Table(
         ("file", pa.string(), False),
         ("inode", pa.int64(), True),
         ("offset", pa.int64(), False),
+        ("line_id", pa.string(), True),
         ("text", pa.string(), False),
         ("signature", pa.string(), True),
         ("truncated", pa.bool_(), True),
     ),
     "ts",
-    "Server log lines that matched a signature; ts is when they were read.",
-    key=("host", "file", "inode", "offset"),
+    "Server log lines that matched a signature; ts is when they were read. line_id hashes the "
+    "file's first line, the offset and the line: a line read twice counts once, a new line at a "
+    "reused inode and offset (copytruncate, a recreated file) stays distinct.",
+    key=("host", "file", "inode", "offset", "line_id"),
 )
 
 ALLOCATOR_SAMPLES = Table(

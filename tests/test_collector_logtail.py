@@ -83,3 +83,133 @@ def test_cursor_file_round_trip_and_garbage(tmp_path) -> None:
     assert load_cursors(state) == {"/a": {"inode": 1, "offset": 2}}
     state.write_text("{not json")
     assert load_cursors(state) == {}
+
+
+# --- rotation that loses nothing (issue 16) -------------------------------------------------
+
+
+def _lines(k0: int, k1: int) -> str:
+    return "".join(BATCH.format(n=k) for k in range(k0, k1))
+
+
+def _all(results) -> list[int]:
+    return [int(n) for r in results for n in _running(r)]
+
+
+def test_rename_rotation_finishes_the_old_file_first(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 3))
+    r1 = tail(str(log), None, NOW, "h")
+    _write(log, _lines(3, 5))  # written after the last run, before the rotation
+    os.rename(log, tmp_path / "server.log.1")
+    _write(log, _lines(5, 7))
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    assert _all([r1, r2]) == list(range(7)) and not r2.notes
+    assert [r["inode"] for r in r2.rows[:2]] == [r1.cursor["inode"]] * 2
+
+
+def test_two_rotations_between_runs_and_late_writes_to_the_renamed_file(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    r1 = tail(str(log), None, NOW, "h")
+    _write(log, _lines(2, 3))
+    os.rename(log, tmp_path / "server.log.1")
+    _write(log, _lines(3, 5))
+    os.rename(tmp_path / "server.log.1", tmp_path / "server.log.2")
+    os.rename(log, tmp_path / "server.log.1")
+    _write(log, _lines(5, 6))
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    assert _all([r1, r2]) == list(range(6))
+    # the server had not reopened its log yet: two more lines land in the renamed file
+    _write(tmp_path / "server.log.1", _lines(6, 8))
+    _write(log, _lines(8, 9))
+    r3 = tail(str(log), r2.cursor, NOW, "h")
+    assert _all([r3]) == [6, 7, 8]
+
+
+def test_copytruncate_reads_the_tail_from_the_copy_and_keeps_the_first_new_line(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 3))
+    r1 = tail(str(log), None, NOW, "h")
+    _write(log, _lines(3, 5))  # the pre-truncate tail
+    (tmp_path / "server.log.1").write_bytes(log.read_bytes())  # what copytruncate does
+    with open(log, "r+") as f:
+        f.truncate(0)
+    _write(log, _lines(5, 7))
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    assert _all([r1, r2]) == list(range(7)) and not r2.notes
+    # the tail carries the original inode (the copy is the same lines); the first new line
+    # reuses inode and offset 0, yet keeps its own key: the analyzer does not drop it
+    assert {r["inode"] for r in r1.rows + r2.rows} == {r1.cursor["inode"]}
+    key = [(r["inode"], r["offset"], r["line_id"]) for r in r1.rows + r2.rows]
+    assert len(set(key)) == 7
+    assert r1.rows[0]["offset"] == r2.rows[2]["offset"] == 0
+
+
+def test_recreated_on_the_same_inode_is_read_from_the_start(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    r1 = tail(str(log), None, NOW, "h")
+    ino = os.stat(log).st_ino
+    os.unlink(log)
+    _write(log, _lines(10, 14))  # longer than the old cursor's offset
+    if os.stat(log).st_ino != ino:  # the file system chose another inode: rewrite in place
+        with open(log, "r+") as f:
+            f.truncate(0)
+        _write(log, _lines(10, 14))
+    assert os.stat(log).st_ino == ino
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    assert _all([r2]) == [10, 11, 12, 13]
+    assert r2.notes and "may be missing" in r2.notes[0]  # the old file is gone: said, not hidden
+
+
+def test_compressed_rotation_is_skipped_and_said(tmp_path) -> None:
+    import gzip
+
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    r1 = tail(str(log), None, NOW, "h")
+    with gzip.open(tmp_path / "server.log.1.gz", "wb") as z:
+        z.write(log.read_bytes())
+    os.unlink(log)
+    _write(log, _lines(2, 3))
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    assert _all([r2]) == [2]
+    assert "server.log.1.gz" in r2.notes[0] and "compressed" in r2.notes[0]
+
+
+def test_a_small_budget_resumes_inside_the_rotated_file(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    cur = tail(str(log), None, NOW, "h").cursor
+    _write(log, _lines(2, 30))
+    os.rename(log, tmp_path / "server.log-20260101")
+    _write(log, _lines(30, 40))
+    got: list[int] = []
+    for _ in range(40):
+        r = tail(str(log), cur, NOW, "h", max_bytes=1000)
+        got += _all([r])
+        cur = r.cursor
+        if not r.stopped:
+            break
+    assert got == list(range(2, 40))
+
+
+def test_a_past_deadline_reads_nothing_and_keeps_the_cursor(tmp_path) -> None:
+    import time
+
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    r1 = tail(str(log), None, NOW, "h")
+    _write(log, _lines(2, 4))
+    r2 = tail(str(log), r1.cursor, NOW, "h", deadline=time.monotonic() - 1)
+    assert r2.stopped and not r2.rows and r2.cursor["offset"] == r1.cursor["offset"]
+
+
+def test_a_cursor_without_fingerprint_still_resumes(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    off = os.path.getsize(log)
+    _write(log, _lines(2, 3))
+    r = tail(str(log), {"inode": os.stat(log).st_ino, "offset": off}, NOW, "h")
+    assert _all([r]) == [2] and r.cursor["fp_len"] == os.path.getsize(log)
