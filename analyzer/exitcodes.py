@@ -10,7 +10,11 @@ TABLE = (
     (OK, "clean: nothing at or above --fail-on, everything in scope checked"),
     (FINDINGS, "findings at or above --fail-on"),
     (ERROR, "usage or input error (bad option, not a bucket, broken pack)"),
-    (INCOMPLETE, "analysis incomplete: errored rules, unreadable files or no data in scope"),
+    (
+        INCOMPLETE,
+        "analysis incomplete: errored rules, unreadable files or no data in scope "
+        "(1 wins when there are also findings)",
+    ),
 )
 
 

@@ -98,6 +98,9 @@ class RunInfo:
     gaps: list[str] = field(
         default_factory=list
     )  # hosts that stopped reporting, sources that failed
+    # what this analysis could not check (unreadable files, no data in scope, ...);
+    # errored rules are added by FindingsDocument.incomplete_reasons()
+    incomplete: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -197,6 +200,16 @@ class FindingsDocument:
         floor = severity_rank(severity)
         return sum(1 for f in self.findings if severity_rank(f.severity) >= floor)
 
+    def incomplete_reasons(self) -> list[str]:
+        """Why this analysis did not check everything in scope (empty: it did)."""
+        reasons = list(self.run.incomplete)
+        if not self.hosts and not any("no data" in r for r in reasons):
+            reasons.append("no data in scope: no host has trace files in it")
+        for r in self.run.rules:
+            if r.status == "errored":
+                reasons.append(f"rule {r.rule_id} errored: {r.reason}")
+        return list(dict.fromkeys(reasons))
+
     def to_dict(self) -> dict[str, Any]:
         d = _plain(self)
         # schema_version first, for people reading the file
@@ -207,6 +220,10 @@ class FindingsDocument:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FindingsDocument:
+        if not isinstance(d, dict) or not isinstance(d.get("run"), dict):
+            raise ValueError(
+                "expected a JSON object with a 'run' object (leakreport analyze --format json)"
+            )
         version = d.get("schema_version")
         if version != FINDINGS_SCHEMA_VERSION:
             raise ValueError(
@@ -228,7 +245,14 @@ class FindingsDocument:
 
     @classmethod
     def from_json(cls, text: str) -> FindingsDocument:
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON: {e}") from None
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a findings document ({type(e).__name__}: {e})") from None
 
 
 __all__ = [

@@ -3,13 +3,15 @@ Prometheus textfile-collector metrics for node_exporter (written atomically)."""
 
 from __future__ import annotations
 
-import os
+import datetime as dt
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from analyzer.categories import CATEGORIES, SEVERITIES
 from analyzer.findings import Finding, FindingsDocument
+from analyzer.progress import plural
+from collector.atomic import write_atomic as _write_atomic
 
 PREFIX = "leakreport"
 
@@ -18,7 +20,7 @@ def markdown(doc: FindingsDocument, limit: int = 20) -> str:
     counts = {s: sum(1 for f in doc.findings if f.severity == s) for s in reversed(SEVERITIES)}
     head = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
     lines = [
-        f"**leakreport**: {head} over {len(doc.hosts)} hosts "
+        f"**leakreport**: {head} over {plural(len(doc.hosts), 'host')} "
         f"({doc.run.data_start or '?'} to {doc.run.data_end or '?'})",
         "",
     ]
@@ -27,12 +29,30 @@ def markdown(doc: FindingsDocument, limit: int = 20) -> str:
         lines.append(
             f"- **{f.severity}** `{f.rule_id}` {CATEGORIES[f.category]} on {where}: {f.summary}"
         )
+        remedy = first_remedy(f.remediation)
+        if remedy:
+            lines.append(f"  - what to do: {remedy}")
     if len(doc.findings) > limit:
         lines.append(f"- ... and {len(doc.findings) - limit} more")
-    broken = [r for r in doc.run.rules if r.status == "errored"]
-    if broken:
-        lines += ["", "Rules that errored: " + ", ".join(f"`{r.rule_id}`" for r in broken)]
+    reasons = doc.incomplete_reasons()
+    if reasons:
+        lines += ["", "**Not checked** (the analysis is incomplete):"]
+        lines += [f"- {r}" for r in reasons]
     return "\n".join(lines) + "\n"
+
+
+def first_remedy(remediation: str) -> str:
+    """The first remedy of a rule's remediation text, on one line."""
+    text = " ".join(remediation.split())
+    if not text:
+        return ""
+    # remediations list options as "A: ... B: ..." or as sentences; keep the first one
+    m = re.split(r"\s(?=B[.:)]\s)", text, maxsplit=1)
+    first = m[0]
+    if len(first) > 240:
+        cut = first.find(". ", 0, 240)
+        first = first[: cut + 1] if cut > 0 else first[:237] + "..."
+    return first
 
 
 def _label(v: object) -> str:
@@ -59,9 +79,21 @@ def _number(f: Finding, key: str, when: bool, scale: float) -> float | None:
     return v * scale if when and isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def textfile(doc: FindingsDocument) -> str:
-    """Prometheus exposition text: per host/GPU leak rate and time to OOM, findings by severity."""
-    out = _family("findings", "Findings of the last analysis by host, severity and category.")
+def textfile(doc: FindingsDocument, now: dt.datetime | None = None) -> str:
+    """Prometheus exposition text: when the analysis ran and whether it was complete, then
+    per host/GPU leak rate and time to OOM, findings by severity."""
+    stamp = (now or dt.datetime.now(dt.UTC)).timestamp()
+    out = _family(
+        "last_run_timestamp_seconds",
+        "When this analysis finished (alert when it gets old: the cron job stopped).",
+    )
+    out.append(f"{PREFIX}_last_run_timestamp_seconds {stamp:.0f}")
+    out += _family(
+        "last_run_success",
+        "1 when the last analysis checked everything in scope, 0 when it was incomplete.",
+    )
+    out.append(f"{PREFIX}_last_run_success {0 if doc.incomplete_reasons() else 1}")
+    out += _family("findings", "Findings of the last analysis by host, severity and category.")
     per: dict[tuple[str, str, str], int] = {}
     for f in doc.findings:
         key = (f.host, f.severity, f.category)
@@ -91,11 +123,8 @@ def textfile(doc: FindingsDocument) -> str:
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
+    """Write a textfile-collector file (*.prom only: node_exporter ignores other names)."""
     p = Path(path)
     if not re.search(r"\.prom$", p.name):
         raise ValueError(f"{p}: node_exporter's textfile collector reads only *.prom files")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    return _write_atomic(p, text)

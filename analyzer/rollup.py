@@ -64,12 +64,23 @@ def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> floa
     return float(params["bucket_s"])
 
 
+def rollup_files() -> list[Path]:
+    """The rollup SQL files, in order; an install that lost them is an error naming the folder."""
+    files = sorted(ROLLUP_DIR.glob("*.sql"))
+    if not files:
+        raise RuntimeError(
+            f"{ROLLUP_DIR}: no rollup SQL files (*.sql) - this installation is incomplete; "
+            "reinstall leakreport"
+        )
+    return files
+
+
 def build(con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None) -> None:
     unknown = set(overrides or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
     params = {**DEFAULTS, **(overrides or {})}
-    for f in sorted(ROLLUP_DIR.glob("*.sql")):
+    for f in rollup_files():
         if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
             params["bucket_s"] = bucket_width(con, params)
         for stmt in _statements(f.read_text(encoding="utf-8")):

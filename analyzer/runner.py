@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import math
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import duckdb
 
 from analyzer import __version__, logevents, rollup, series
-from analyzer.bucket import Scope, open_bucket
+from analyzer.bucket import Scope, lock_down, open_checked
 from analyzer.findings import (
     Finding,
     FindingsDocument,
@@ -25,6 +26,8 @@ from analyzer.findings import (
     iso_utc,
 )
 from analyzer.packs import Pack, Rule
+from analyzer.progress import plural
+from analyzer.progress import step as progress_step
 from collector.store import is_s3
 
 Progress = Callable[[str], None]
@@ -53,15 +56,76 @@ class RuleOutputError(Exception):
     pass
 
 
+DEFAULT_RULE_TIMEOUT_S = 60.0
+
+
+def check_select(sql: str) -> None:
+    """A rule is one read-only query: a single SELECT (or WITH ... SELECT) statement.
+    Anything else (COPY, ATTACH, DROP, SET, INSERT, several statements) is refused
+    before it runs."""
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise RuleOutputError(f"the rule's SQL does not parse: {e}") from e
+    if len(stmts) != 1:
+        raise RuleOutputError(f"a rule is one SELECT statement; this one has {len(stmts)}")
+    kind = stmts[0].type
+    if kind != duckdb.StatementType.SELECT:
+        name = getattr(kind, "name", str(kind))
+        raise RuleOutputError(f"a rule is one SELECT statement; this one is {name}")
+
+
+def _interrupted(e: BaseException) -> bool:
+    """DuckDB turns Ctrl-C during a query into RuntimeError('Query interrupted')."""
+    return isinstance(e, RuntimeError) and "interrupted" in str(e).lower()
+
+
+def run_contained(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: dict[str, Any] | None,
+    timeout_s: float | None,
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one SELECT inside a transaction that is always rolled back (nothing it
+    does can change what the next rule sees), interrupted after ``timeout_s``."""
+    check_select(sql)
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout_s, expire) if timeout_s else None
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if timer:
+            timer.start()
+        res = con.execute(sql, params or None)
+        if res.description is None:
+            raise RuleOutputError("the rule's SQL returned no result set (it must be a SELECT)")
+        return [d[0] for d in res.description], res.fetchall()
+    except duckdb.Error as e:
+        if timed_out.is_set():
+            raise RuleOutputError(f"stopped after the rule time limit of {timeout_s:g} s") from e
+        raise
+    except RuntimeError as e:
+        if _interrupted(e):
+            raise KeyboardInterrupt from e
+        raise
+    finally:
+        if timer:
+            timer.cancel()
+        con.execute("ROLLBACK")
+
+
 def run_rule(
-    con: duckdb.DuckDBPyConnection, rule: Rule, overrides: dict[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection,
+    rule: Rule,
+    overrides: dict[str, Any] | None = None,
+    timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
 ) -> list[Finding]:
     params = rule.bound_params(overrides)
-    res = con.execute(rule.sql, params if params else None)
-    if res.description is None:
-        raise RuleOutputError("the rule's SQL returned no result set (it must end in a SELECT)")
-    cols = [d[0] for d in res.description]
-    rows = res.fetchall()
+    cols, rows = run_contained(con, rule.sql, params, timeout_s)
     for needed in ("host", "summary"):
         if needed not in cols:
             raise RuleOutputError(f"rule output lacks the column {needed!r}")
@@ -105,7 +169,12 @@ def analyze(
     now: dt.datetime | None = None,
     memory_limit: str | None = None,
     with_series: bool = True,
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
 ) -> FindingsDocument:
+    """Analyse a bucket. Rules run contained: each one SELECT, read-only, with no
+    file access but the bucket's, stopped after ``rule_timeout`` seconds."""
+    if rule_timeout is not None and not rule_timeout > 0:
+        raise ValueError(f"--rule-timeout {rule_timeout}: must be a positive number of seconds")
     scope = scope or Scope()
     overrides = overrides or {}
     say = progress or (lambda _m: None)
@@ -113,7 +182,17 @@ def analyze(
     staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
     with staging or contextlib.nullcontext() as stage:
         return _analyze(
-            bucket, packs, scope, overrides, only_rules, say, now, memory_limit, with_series, stage
+            bucket,
+            packs,
+            scope,
+            overrides,
+            only_rules,
+            say,
+            now,
+            memory_limit,
+            with_series,
+            stage,
+            rule_timeout,
         )
 
 
@@ -128,12 +207,17 @@ def _analyze(
     memory_limit: str | None,
     with_series: bool,
     stage: str | None,
+    rule_timeout: float | None,
 ) -> FindingsDocument:
-    con, files = open_bucket(bucket, scope, memory_limit=memory_limit, stage_dir=stage)
+    opened = open_checked(bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now)
+    con, files = opened.con, opened.counts
+    for line in opened.skipped:
+        say(f"left out: {line}")
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)
         rollup.build(con, overrides.get("rollup"))
+        lock_down(con, opened.readable_dirs)
         say(f"rollups built in {time.perf_counter() - t0:.2f}s ({n_events} log events)")
         doc = FindingsDocument(
             run=RunInfo(
@@ -148,6 +232,10 @@ def _analyze(
             )
         )
         statuses: list[RuleStatus] = []
+        n_rules = sum(
+            len(p.errors) + sum(only_rules is None or r.id in only_rules for r in p.rules)
+            for p in packs
+        )
         for pack in packs:
             for err in pack.errors:
                 statuses.append(RuleStatus(err.rule_id, "", pack.name, "errored", str(err)))
@@ -165,7 +253,7 @@ def _analyze(
                     continue
                 t1 = time.perf_counter()
                 try:
-                    found = run_rule(con, rule, overrides.get(rule.id))
+                    found = run_rule(con, rule, overrides.get(rule.id), rule_timeout)
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     st.status, st.reason = "errored", f"{rule.path}: {e}"
                     found = []
@@ -173,11 +261,19 @@ def _analyze(
                 if found:
                     st.status, st.findings = "fired", len(found)
                 doc.findings.extend(found)
-                say(f"{rule.id} {st.status} ({len(found)} findings, {st.duration_s:.2f}s)")
+                progress_step(
+                    say,
+                    len(statuses),
+                    n_rules,
+                    "rules",
+                    f"{rule.id} {st.status}, {plural(len(found), 'finding')}, {st.duration_s:.2f}s",
+                )
         doc.run.rules = statuses
         doc.findings.sort(key=Finding.sort_key)
         if with_series:
             series.fill(con, doc)
+        doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
+        doc.run.gaps += opened.quarantined
         return doc
     finally:
         con.close()

@@ -13,7 +13,7 @@ from analyzer import exitcodes
 
 def leakreport(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "leakreport", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -58,9 +58,12 @@ def test_host_filter_prunes(sim_bucket) -> None:
 
 def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
     r = leakreport("analyze", str(sim_bucket[0]), "-q", "--format", "json", "--since", "2030-01-01")
+    assert r.returncode == exitcodes.INCOMPLETE
     doc = json.loads(r.stdout)
     assert doc["findings"] == [] and all(v == 0 for v in doc["run"]["tables"].values())
     assert {s["status"] for s in doc["run"]["rules"]} == {"skipped"}
+    assert any("--since 2030-01-01" in x for x in doc["run"]["incomplete"])
+    assert "no data in scope" in r.stderr
 
 
 @pytest.mark.parametrize(
@@ -72,7 +75,7 @@ def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
         (["analyze", "{bucket}", "--param", "garbage"], "RULE.key=value"),
         (["analyze", "{bucket}", "--pack", "/nonexistent/pack"], "no such pack"),
         (["analyze", "{bucket}", "--since", "yesterday"], "not a date"),
-        (["simulate", "--scenario", "nope", "--out", "{tmp}"], "unknown scenario"),
+        (["simulate", "--scenario", "nope", "--out", "{tmp}"], "no scenario 'nope'"),
     ],
 )
 def test_errors_exit_2_with_a_message(sim_bucket, tmp_path, args: list[str], message: str) -> None:

@@ -74,7 +74,7 @@ def test_dask_and_batches_via_cli(sim_bucket) -> None:
     args = [
         sys.executable,
         "-m",
-        "analyzer.cli",
+        "leakreport",
         "analyze",
         str(sim_bucket[0]),
         "--format",

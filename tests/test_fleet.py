@@ -57,7 +57,7 @@ def test_fleet_command_writes_the_page(sim_bucket, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "analyzer.cli",
+            "leakreport",
             "fleet",
             str(sim_bucket[0]),
             "--week",

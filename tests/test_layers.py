@@ -47,4 +47,17 @@ def test_findings_model_is_light() -> None:
 
 
 def test_cli_imports_heavy_things_lazily() -> None:
-    assert not loaded_after("import analyzer.cli") & {"duckdb", "polars", "jinja2"}
+    assert not loaded_after("import leakreport.cli") & {"duckdb", "polars", "jinja2"}
+
+
+def test_analyzer_never_imports_the_command_layer_or_reports() -> None:
+    """The command layer sits above analyzer and reports; nothing below imports it."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for pkg in ("analyzer", "reports", "collector", "simulator"):
+        for f in (root / pkg).rglob("*.py"):
+            text = f.read_text(encoding="utf-8")
+            assert "from leakreport" not in text and "import leakreport" not in text, f
+            if pkg == "analyzer" and f.name != "cli.py":
+                assert "from reports" not in text and "import reports" not in text, f

@@ -153,7 +153,7 @@ def test_cli_jsonl_and_garbage(tmp_path) -> None:
         b"partial line without newline Decode batch, #running-req: 3"
     )
     r = subprocess.run(
-        [sys.executable, "-m", "analyzer.cli", "logs", "parse", str(f)],
+        [sys.executable, "-m", "leakreport", "logs", "parse", str(f)],
         capture_output=True,
         text=True,
         timeout=60,

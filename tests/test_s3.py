@@ -138,7 +138,7 @@ def test_collector_writes_and_cli_reads(s3, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "analyzer.cli",
+            "leakreport",
             "analyze",
             "s3://leaktraces/cron",
             "--format",
@@ -167,7 +167,7 @@ def test_unreachable_store_is_a_clear_error(tmp_path) -> None:
         "AWS_REGION": "us-east-1",
     }
     r = subprocess.run(
-        [sys.executable, "-m", "analyzer.cli", "analyze", "s3://nowhere/x", "-q"],
+        [sys.executable, "-m", "leakreport", "analyze", "s3://nowhere/x", "-q"],
         capture_output=True,
         text=True,
         timeout=120,

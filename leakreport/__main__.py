@@ -1,0 +1,3 @@
+from leakreport.cli import main
+
+main()

@@ -1,0 +1,174 @@
+"""``leakreport analyze``, ``report`` and ``fleet``: findings from a bucket."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from analyzer import exitcodes
+from analyzer.progress import plural
+from leakreport.common import (
+    EPILOG_EXIT,
+    AnalysisOptions,
+    analysis_options,
+    console,
+    die,
+    exit_code,
+    fail_on_option,
+    run_analysis,
+    verbosity_options,
+    write_out,
+)
+
+
+def table(doc: Any) -> str:
+    """Findings for people: a header line, one row per finding, then what was not checked."""
+    head = (
+        f"{plural(len(doc.findings), 'finding')} over {plural(len(doc.hosts), 'host')}"
+        f" ({doc.run.data_start or '?'} .. {doc.run.data_end or '?'})"
+    )
+    lines = [head]
+    if doc.findings:
+        lines.append(f"{'SEVERITY':9} {'RULE':7} {'CATEGORY':32} {'WHERE':28} SUMMARY")
+        for f in doc.findings:
+            where = f.host + (f" gpu{f.gpu}" if f.gpu is not None else "")
+            lines.append(
+                f"{f.severity.upper():9} {f.rule_id:7} {f.category:32} {where:28} {f.summary}"
+            )
+    counts = {s: sum(1 for r in doc.run.rules if r.status == s) for s in ("fired", "clean")}
+    counts |= {s: sum(1 for r in doc.run.rules if r.status == s) for s in ("skipped", "errored")}
+    if not doc.hosts:  # the incomplete reason says which filter emptied the scope
+        return "\n".join(lines) + "\n"
+    lines.append("rules: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for r in doc.run.rules:
+        if r.status in ("errored", "skipped"):
+            lines.append(f"  {r.status:8} {r.rule_id:7} {r.reason}")
+    return "\n".join(lines) + "\n"
+
+
+@click.command(epilog=EPILOG_EXIT)
+@click.argument("bucket")
+@analysis_options()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (the findings document), markdown for a chat message or ticket.",
+)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write output here instead of stdout.")
+@click.option(
+    "--textfile",
+    type=click.Path(dir_okay=False),
+    help="Also write Prometheus textfile-collector metrics (*.prom, atomically) for "
+    "node_exporter, with a last-run timestamp and a success gauge.",
+)
+@fail_on_option("warning")
+@verbosity_options
+def analyze(
+    bucket: str,
+    opts: AnalysisOptions,
+    fmt: str,
+    out: str | None,
+    textfile: str | None,
+    fail_on: str,
+) -> None:
+    """Run the rule packs over BUCKET (a folder or s3://bucket/prefix) and print the findings.
+
+    \b
+    Examples:
+      leakreport analyze /data/traces
+      leakreport analyze /data/traces --since 2026-11-30 --host gpu-node-7 --format json | jq
+      leakreport analyze s3://traces/prod --format markdown --fail-on critical
+    """
+    from analyzer import outputs
+
+    doc = run_analysis(bucket, opts)
+    if fmt == "json":
+        text = doc.to_json()
+    elif fmt == "markdown":
+        text = outputs.markdown(doc)
+    else:
+        text = table(doc)
+    write_out(text, out)
+    if textfile:
+        try:
+            outputs.write_atomic(textfile, outputs.textfile(doc))
+        except (OSError, ValueError) as e:
+            die(f"--textfile: {e}")
+    sys.exit(exit_code(doc, fail_on))
+
+
+@click.command(epilog=EPILOG_EXIT)
+@click.argument("source")
+@analysis_options()
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@fail_on_option("never")
+@verbosity_options
+def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
+    """Write a self-contained HTML report from a findings JSON file or a bucket.
+
+    SOURCE is the output of `leakreport analyze --format json`, or a bucket (then
+    the analysis runs first, with the analysis options). The page needs no network.
+
+    \b
+    Examples:
+      leakreport analyze /data/traces --format json --out findings.json
+      leakreport report findings.json --out report.html
+      leakreport report /data/traces --host gpu-node-7 --out gpu-node-7.html
+    """
+    from analyzer.findings import FindingsDocument
+    from reports.render import render_report
+
+    path = Path(source)
+    if path.is_file():
+        try:
+            doc = FindingsDocument.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            die(f"{path}: not a findings document: {e}")
+    else:
+        doc = run_analysis(source, opts)
+    write_out(render_report(doc), out, what="--out")
+    click.echo(str(Path(out).resolve()))
+    sys.exit(exit_code(doc, fail_on))
+
+
+@click.command(epilog=EPILOG_EXIT)
+@click.argument("bucket")
+@click.option("--week", required=True, help="ISO week, e.g. 2026-W48 (Monday to Sunday, UTC).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@analysis_options(scope=False)
+@verbosity_options
+def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
+    """Weekly fleet report: soonest OOMs, cohorts, GPUs ranked by leak rate, week over week.
+
+    A week with no data writes a page that says so and exits 3.
+
+    \b
+    Example:
+      leakreport fleet /data/traces --week 2026-W48 --out fleet-2026-W48.html
+    """
+    import dataclasses
+
+    from analyzer import fleet as fleet_mod
+    from reports.fleet import render_fleet
+
+    try:
+        start, end = fleet_mod.week_range(week)
+        p_start, p_end = fleet_mod.week_range(fleet_mod.previous_week(week))
+    except ValueError as e:
+        die(f"--week: {e}")
+    say = console()
+    cur = run_analysis(bucket, dataclasses.replace(opts, since=start, until=end), say)
+    prev = run_analysis(bucket, dataclasses.replace(opts, since=p_start, until=p_end), say)
+    view = fleet_mod.build(week, cur, prev if prev.hosts else None)
+    write_out(render_fleet(view, generated_at=cur.run.generated_at), out)
+    click.echo(str(Path(out).resolve()))
+    if not cur.hosts:
+        click.echo(f"leakreport: incomplete: no data for week {week} ({start} .. {end})", err=True)
+        sys.exit(exitcodes.INCOMPLETE)
+    sys.exit(exit_code(cur, "never"))

@@ -1,0 +1,41 @@
+"""``leakreport compact``: bucket maintenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import click
+
+from leakreport.common import console, die, parse_date, verbosity_options
+
+
+@click.command()
+@click.argument("bucket")
+@click.option(
+    "--before",
+    callback=parse_date,
+    help="Compact days before this date (default: before today, UTC).",
+)
+@verbosity_options
+def compact(bucket: str, before: dt.date | None) -> None:
+    """Merge each finished day's small per-run files into one file per table/date/host.
+
+    BUCKET is a folder or s3://bucket/prefix. Safe while others read: a reader
+    sees the old files or the new one, never both; originals are deleted only
+    after the new file's row count checks out.
+
+    \b
+    Example (daily cron):
+      leakreport compact /data/traces
+    """
+    from analyzer.compact import CompactError
+    from analyzer.compact import compact as run_compact
+
+    try:
+        res = run_compact(bucket, before, progress=console())
+    except (CompactError, OSError) as e:
+        die(str(e))
+    click.echo(
+        f"{res.folders} folders: {res.files_before} files -> {res.files_after} "
+        f"({res.rows} rows rewritten)"
+    )

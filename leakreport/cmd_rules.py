@@ -1,0 +1,88 @@
+"""``leakreport rules``: list and test rule packs (the harness pack authors use too)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from analyzer import exitcodes
+from leakreport.common import die, err, verbosity_options
+
+
+def load(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any]:
+    from analyzer.packs import PackError, load_packs
+
+    try:
+        packs = load_packs(list(pack_dirs), builtin=not no_builtin)
+    except PackError as e:
+        die(str(e))
+    for p in packs:
+        for rule_err in p.errors:
+            err(f"leakreport: rule error: {rule_err}")
+    return packs
+
+
+_PACK = click.option(
+    "--pack",
+    "packs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Rule pack folder (pack.toml, rules/, tests/); repeatable.",
+)
+
+
+@click.group()
+def rules() -> None:
+    """List and test rule packs (one SQL file per rule, test cases as data)."""
+
+
+@rules.command("list")
+@_PACK
+@verbosity_options
+def rules_list(packs: tuple[str, ...]) -> None:
+    """List the loaded rules, and rules that failed to load (then exit 2).
+
+    \b
+    Example:
+      leakreport rules list --pack ./my-pack
+    """
+    loaded = load(packs)
+    click.echo(f"{'RULE':8} {'SEVERITY':8} {'CATEGORY':32} {'NAME':40} [PACK] TITLE")
+    for p in loaded:
+        for r in p.rules:
+            click.echo(f"{r.id:8} {r.severity:8} {r.category:32} {r.name:40} [{p.name}] {r.title}")
+        for e in p.errors:
+            click.echo(f"{e.rule_id:8} ERROR    {e}")
+    if any(p.errors for p in loaded):
+        sys.exit(exitcodes.ERROR)
+
+
+@rules.command("test", epilog="Exit codes: 0 every case passed, 2 a case failed or a rule broke.")
+@_PACK
+@click.option("--no-builtin", is_flag=True, help="Test only the --pack folders.")
+@verbosity_options
+def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
+    """Run the rule test cases shipped in each pack's tests/ folder.
+
+    \b
+    Example:
+      leakreport rules test --pack ./my-pack --no-builtin
+    """
+    from analyzer.ruletest import collect_cases, run_case
+
+    loaded = load(packs, no_builtin)
+    failed = total = 0
+    for case in collect_cases(loaded):
+        total += 1
+        problems = run_case(case, loaded)
+        click.echo(f"{'ok' if not problems else 'FAIL':4} {case.id}")
+        for p in problems:
+            click.echo(f"     {p}")
+        failed += bool(problems)
+    click.echo(f"{total - failed} passed, {failed} failed")
+    if total == 0:
+        err("leakreport: no test cases found (tests/<RULE>.toml in each pack)")
+    errors = sum(len(p.errors) for p in loaded)
+    sys.exit(exitcodes.ERROR if failed or errors or total == 0 else exitcodes.OK)

@@ -1,0 +1,154 @@
+"""``leakreport simulate`` and ``eval``: the labelled scenario fleet and the score on it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from analyzer import exitcodes
+from analyzer.progress import plural
+from leakreport.common import console, die, verbosity_options, write_out
+
+
+@click.command()
+@click.option(
+    "--scenario",
+    default="all",
+    show_default=True,
+    help="Scenario name (see --list), or 'all'.",
+)
+@click.option("--out", "out", type=click.Path(file_okay=False), help="Bucket folder to write.")
+@click.option(
+    "--hosts",
+    type=click.IntRange(1, 10_000),
+    help="Number of hosts, spread over the scenarios round-robin "
+    "(default: one per scenario; at least one per scenario).",
+)
+@click.option(
+    "--hours",
+    default=6.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 24 * 31),
+    help="Trace length in hours.",
+)
+@click.option(
+    "--seed", default=7, show_default=True, type=int, help="Random seed (output is deterministic)."
+)
+@click.option(
+    "--labels",
+    "labels_path",
+    type=click.Path(dir_okay=False),
+    help="Write the expected finding categories per host and GPU (JSON) here.",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+@verbosity_options
+def simulate(
+    scenario: str,
+    out: str | None,
+    hosts: int | None,
+    hours: float,
+    seed: int,
+    labels_path: str | None,
+    list_only: bool,
+) -> None:
+    """Write a simulated fleet of labelled scenarios into a bucket.
+
+    \b
+    Examples:
+      leakreport simulate --list
+      leakreport simulate --out /tmp/fleet --labels /tmp/labels.json
+      leakreport simulate --scenario fast-image-processor-leak --hosts 3 --hours 12 --out B
+    """
+    from simulator.generate import simulate as run_sim
+    from simulator.scenarios import SCENARIOS
+
+    if list_only:
+        for s in SCENARIOS.values():
+            click.echo(f"{s.name:28} {s.description}")
+        return
+    if not out:
+        die("simulate: --out BUCKET is required (or --list)")
+    n_scen = len(SCENARIOS) if scenario == "all" else 1
+    if scenario != "all" and scenario not in SCENARIOS:
+        die(f"simulate: no scenario {scenario!r} (see `leakreport simulate --list`)")
+    if hosts is not None and hosts < n_scen:
+        die(
+            f"simulate: --hosts {hosts} is fewer than the {n_scen} scenarios (one host each at least)"
+        )
+    say = console()
+    plans = run_sim(
+        scenario,
+        out,
+        hosts=hosts or n_scen,
+        hours=hours,
+        seed=seed,
+        labels_path=labels_path,
+        progress=say,
+    )
+    say(f"simulated {plural(len(plans), 'host')} x {hours:g} h into {out}")
+
+
+@click.command("eval", epilog="Exit codes: 0 every target met, 1 a target missed, 2 usage error.")
+@click.option(
+    "--out",
+    "out_dir",
+    default="out/eval",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for eval.json, eval.md and the scratch bucket.",
+)
+@click.option(
+    "--hosts-per-scenario",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Simulated hosts per scenario.",
+)
+@click.option(
+    "--hours",
+    default=6.0,
+    show_default=True,
+    type=click.FloatRange(0.5, 168),
+    help="Trace length per scenario.",
+)
+@click.option("--seed", default=11, show_default=True, type=int, help="Random seed.")
+@click.option(
+    "--step-minutes",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 600),
+    help="Prefix step for the time-to-detection analysis.",
+)
+@verbosity_options
+def eval_cmd(
+    out_dir: str, hosts_per_scenario: int, hours: float, seed: int, step_minutes: int
+) -> None:
+    """Score the analyzer on the labelled scenario suite (confusion table, time to detection).
+
+    \b
+    Example:
+      leakreport eval --out out/eval      # then read out/eval/eval.md
+    """
+    from analyzer.evaluate import markdown, run_eval
+
+    out = Path(out_dir)
+    if (out / "bucket").exists():
+        shutil.rmtree(out / "bucket")
+    out.mkdir(parents=True, exist_ok=True)
+    res = run_eval(
+        out,
+        hosts_per_scenario=hosts_per_scenario,
+        hours=hours,
+        seed=seed,
+        step_min=step_minutes,
+        progress=console(),
+    )
+    write_out(json.dumps(res.to_dict(), indent=2) + "\n", str(out / "eval.json"))
+    md = markdown(res)
+    write_out(md, str(out / "eval.md"))
+    click.echo(md)
+    sys.exit(exitcodes.OK if res.targets_met() else exitcodes.FINDINGS)
