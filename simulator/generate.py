@@ -19,7 +19,7 @@ from collector import logsig, metrics
 from collector.procinfo import parse_cmdline
 from collector.schema import TABLES
 from collector.writer import BucketWriter
-from simulator import model, textgen
+from simulator import decide, model, shapes, textgen
 from simulator.model import STEP_S
 from simulator.scenarios import Scenario, resolve
 
@@ -42,15 +42,18 @@ def _pids(plan: HostPlan, segment: int) -> list[int]:
 
 
 class _Host:
-    """Collects one host's rows, through the collector's own matchers."""
+    """Collects one host's rows, through the collector's own matchers, and the
+    server log's whole text (for the shapes that write it out as a file)."""
 
     def __init__(self, plan: HostPlan) -> None:
         self.plan = plan
         self.tables: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
         self.offset = 0
         self.log_file = f"/var/log/{plan.scenario.engine}/server.log"
+        self.text: list[str] = []
 
     def log(self, when: dt.datetime, line: str) -> None:
+        self.text.append(line)
         sig = logsig.match(line)
         if sig is not None:
             self.tables["log_lines"].append(
@@ -92,8 +95,28 @@ class _Host:
 
 
 def generate_host(
-    plan: HostPlan, hours: float, start: dt.datetime, out: str | Path
+    plan: HostPlan,
+    hours: float,
+    start: dt.datetime,
+    out: str | Path,
+    *,
+    shape: str = "native",
+    files_dir: str | Path | None = None,
+    tz: str = "UTC",
 ) -> dict[str, int]:
+    """One host's trace into the bucket: the collector's tables (``native``), or the
+    files another tool would have left (see :mod:`simulator.shapes`), imported."""
+    h = _trace(plan, hours, start, shapes.zone(tz))
+    if shape == "native":
+        return h.write(out, start)
+    folder = Path(files_dir or Path(str(out) + "-files")) / plan.host
+    files = shapes.write_files(shape, folder, h.tables["gpu_samples"], h.text, tz)
+    return shapes.import_files(
+        shape, files, out, plan.host, start.year, tz, plan.scenario.total_mib
+    )
+
+
+def _trace(plan: HostPlan, hours: float, start: dt.datetime, zone: dt.tzinfo) -> _Host:
     s = plan.scenario
     hf = model.host_frame(s, hours, plan.seed)
     frames = [model.gpu_frame(s, hf, g, plan.seed * 100 + g) for g in range(s.gpus)]
@@ -129,6 +152,7 @@ def generate_host(
     prev_seg = -1
     seg_start = ts[0]
     for i, when in enumerate(ts):
+        lt = when.astimezone(zone)  # servers print local time
         seg, busy, running, kv = (
             cols["segment"][i],
             cols["busy"][i],
@@ -140,12 +164,12 @@ def generate_host(
             if prev_seg >= 0:
                 old = _pids(plan, prev_seg)[0]
                 if s.restart_every_s:
-                    h.log(when, textgen.restart_line(s, when, old))
+                    h.log(when, textgen.restart_line(s, lt, old))
                 else:
-                    h.log(when, textgen.oom_line(s, when, old, 0, s.total_mib - 40))
+                    h.log(when, textgen.oom_line(s, lt, old, 0, s.total_mib - 40))
                 requests_total = latency_sum = 0.0
             seg_start = when
-            for line in textgen.startup_lines(s, when, pids[0]):
+            for line in textgen.startup_lines(s, lt, pids[0]):
                 h.log(when, line)
             prev_seg = seg
         requests_total += cols["requests"][i]
@@ -153,11 +177,11 @@ def generate_host(
         sec = i * STEP_S
         if busy:
             tput = 40.0 * running if cols["requests"][i] else 0.0
-            h.log(when, textgen.batch_line(s, when, pids[0], running, 0, kv, tput))
+            h.log(when, textgen.batch_line(s, lt, pids[0], running, 0, kv, tput))
         if s.leak_check_log and i and cols["busy"][i - 1] and not busy and cols["leaked_kv"][i] > 0:
             h.log(
                 when + dt.timedelta(seconds=5),
-                textgen.leak_check_line(s, when, cols["leaked_kv"][i]),
+                textgen.leak_check_line(s, lt, cols["leaked_kv"][i]),
             )
         rss = 3.2e9 + cols["seg_req"][i] * s.rss_leak_mib_per_req * MIB
         if sec % SCRAPE_S == 0:
@@ -224,7 +248,7 @@ def generate_host(
                         "process_start": seg_start,
                         "cmdline": cmd,
                         "engine": info.engine,
-                        "engine_version": s.engine_version,
+                        "engine_version": s.engine_version if s.version_visible else None,
                         "torch_version": "2.7.1",
                         "model": info.model,
                         "mem_fraction_static": info.mem_fraction_static,
@@ -264,7 +288,7 @@ def generate_host(
                         "finished": when,
                     }
                 )
-    return h.write(out, start)
+    return h
 
 
 def plan_fleet(scenario: str, hosts: int, seed: int) -> list[HostPlan]:
@@ -278,25 +302,30 @@ def plan_fleet(scenario: str, hosts: int, seed: int) -> list[HostPlan]:
     return plans
 
 
-def labels(plans: list[HostPlan], seed: int, hours: float) -> dict[str, Any]:
-    return {
-        "seed": seed,
-        "hours": hours,
-        "hosts": {
-            p.host: {
-                "scenario": p.scenario.name,
-                "expect": {
-                    **{
-                        f"gpu:{g}": sorted(p.scenario.expect_gpus.get(g, p.scenario.expect_gpu))
-                        for g in range(p.scenario.gpus)
-                    },
-                    "host": sorted(p.scenario.expect_host),
-                },
-                "allow": sorted(p.scenario.allow),
-            }
-            for p in plans
-        },
-    }
+def labels(plans: list[HostPlan], seed: int, hours: float, shape: str = "native") -> dict[str, Any]:
+    """What the analyzer must find per host in ``shape``: categories the shape cannot
+    decide move from ``expect`` to ``undecidable`` (with the reason), and so does a
+    scenario the shape cannot tell apart at all (``undecidable_scenario``)."""
+    hosts = {}
+    for p in plans:
+        s = p.scenario
+        whole, cats = decide.undecidable(s, shape)
+        allow = set(s.allow) | set(cats)
+        if decide.version_unknown_suspect(s, shape):
+            allow.add("known_bug.fast_image_processor")
+        expect = {
+            f"gpu:{g}": sorted(set(s.expect_gpus.get(g, s.expect_gpu)) - set(cats))
+            for g in range(s.gpus)
+        }
+        expect["host"] = sorted(set(s.expect_host) - set(cats))
+        hosts[p.host] = {
+            "scenario": s.name,
+            "expect": expect,
+            "allow": sorted(allow),
+            "undecidable": cats,
+            "undecidable_scenario": whole,
+        }
+    return {"seed": seed, "hours": hours, "shape": shape, "hosts": hosts}
 
 
 def simulate(
@@ -309,12 +338,23 @@ def simulate(
     start: dt.datetime = DEFAULT_START,
     labels_path: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    shape: str = "native",
+    files_dir: str | Path | None = None,
+    tz: str = "UTC",
 ) -> list[HostPlan]:
+    """Simulate a fleet into ``out``. ``shape`` other than ``native`` writes each
+    host's files (nvidia-smi CSV, memory loop, server log; under ``files_dir``,
+    default ``<out>-files``) in the tools' formats, with local times in ``tz``,
+    and imports them through the collector's importers."""
+    if shape not in shapes.SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(shapes.SHAPES)}")
     if not str(out).startswith("s3://"):
         Path(out).mkdir(parents=True, exist_ok=True)
     plans = plan_fleet(scenario, hosts, seed)
     for k, p in enumerate(plans, 1):
-        counts = generate_host(p, hours, start, out)
+        counts = generate_host(
+            p, max(hours, p.scenario.min_hours), start, out, shape=shape, files_dir=files_dir, tz=tz
+        )
         if progress:
             progress(
                 f"[{k}/{len(plans)}] {p.host}: {counts['gpu_samples']} GPU samples, {counts['log_lines']} log lines"
@@ -323,6 +363,7 @@ def simulate(
         lp = Path(labels_path)
         lp.parent.mkdir(parents=True, exist_ok=True)
         tmp = lp.with_name(lp.name + ".tmp")
-        tmp.write_text(json.dumps(labels(plans, seed, hours), indent=2, sort_keys=True) + "\n")
+        doc = labels(plans, seed, hours, shape)
+        tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         tmp.replace(lp)
     return plans

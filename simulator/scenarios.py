@@ -46,6 +46,11 @@ class Scenario:
     probe: bool = False  # the allocator probe runs in the server (allocator_samples)
     leak_where: str = "tensors"  # tensors (allocated) | outside (NCCL, cuBLAS: not the allocator)
     probe_url: bool = False  # the collector sends one request per minute (http_probes)
+    independent: bool = False  # each GPU runs its own server (tp_size 1), not TP ranks
+    version_visible: bool = True  # the collector could read the engine's version
+    min_hours: float = 0.0  # simulate at least this long (multi-day stories)
+    decided_by: tuple[str, ...] = ()  # tables without which the scenario cannot be told apart
+    decided_by_why: str = ""
     # what the analyzer must find: per GPU ("gpu") and for the host ("host")
     expect_gpu: tuple[str, ...] = ()
     expect_host: tuple[str, ...] = ()
@@ -54,7 +59,7 @@ class Scenario:
 
     @property
     def tp_size(self) -> int:
-        return self.gpus
+        return 1 if self.independent else self.gpus
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -318,6 +323,8 @@ SCENARIOS: dict[str, Scenario] = {
             cache_max_mib=4000.0,
             cache_tau_req=40000.0,
             probe=True,
+            decided_by=("allocator_samples",),
+            decided_by_why="nvidia-smi reads the same for allocator cache and memory outside PyTorch",
             expect_gpu=("cache.growth",),
             allow=("memory.threshold",),  # nvidia-smi does read 84 % and rising
         ),
@@ -338,8 +345,90 @@ SCENARIOS: dict[str, Scenario] = {
             leak_mib_per_req=0.12,
             leak_where="outside",
             probe=True,
+            decided_by=("allocator_samples",),
+            decided_by_why="nvidia-smi reads the same for allocator cache and memory outside PyTorch",
             expect_gpu=("leak.outside_allocator",),
             allow=("oom.forecast", "memory.threshold"),
+        ),
+        Scenario(
+            name="vision-oom-hourly",
+            description=(
+                "vLLM 0.11 serving Qwen3-VL: image traffic leaks until the server runs out of "
+                "memory about every hour; a supervisor restarts it each time (OOM sawtooth)."
+            ),
+            engine="vllm",
+            engine_version="0.11.0",
+            model="Qwen/Qwen3-VL-8B-Instruct",
+            gpu_name="NVIDIA L40S",
+            total_mib=46068,
+            static_fraction=0.85,
+            overhead_mib=520.0,
+            image_traffic=True,
+            req_rate=2.0,
+            leak_mib_per_req=1.6,
+            expect_gpu=("leak.gpu", "oom.event"),
+            expect_host=("restart.masked_leak",),
+            allow=("oom.forecast", "memory.threshold"),
+        ),
+        Scenario(
+            name="independent-servers",
+            description=(
+                "Two single-GPU SGLang servers on one host: the one on GPU 0 leaks, the one on "
+                "GPU 1 is flat. Not tensor-parallel ranks: no rank skew."
+            ),
+            engine="sglang",
+            engine_version="0.5.4",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu_name="NVIDIA L40S",
+            total_mib=46068,
+            gpus=2,
+            independent=True,
+            static_fraction=0.85,
+            req_rate=2.0,
+            leak_gpus=(0,),
+            leak_mib_per_req=0.3,
+            expect_gpus={0: ("leak.gpu", "memory.threshold")},
+            allow=("oom.forecast",),
+        ),
+        Scenario(
+            name="nightly-restart",
+            description=(
+                "A leak of about 3 GB a day hidden by a restart every night, over three and a "
+                "half days (the remedy-B sawtooth)."
+            ),
+            engine="sglang",
+            engine_version="0.5.4",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            total_mib=81559,
+            static_fraction=0.6,
+            req_rate=1.0,
+            leak_mib_per_req=0.05,
+            restart_every_s=86400,
+            min_hours=84.0,
+            expect_gpu=("leak.gpu",),
+            expect_host=("restart.masked_leak",),
+        ),
+        Scenario(
+            name="fast-image-processor-no-version",
+            description=(
+                "The known fast-image-processor leak where no version could be read (no version "
+                "line, site-packages out of the collector's reach): named as a suspect."
+            ),
+            engine="sglang",
+            engine_version="0.4.9.post6",
+            model="Qwen/Qwen2.5-VL-7B-Instruct",
+            gpu_name="NVIDIA A10G",
+            total_mib=23028,
+            static_fraction=0.7,
+            fast_image_processor=True,
+            image_traffic=True,
+            version_visible=False,
+            req_rate=1.0,
+            leak_mib_per_req=0.5,
+            expect_gpu=("leak.gpu", "oom.forecast"),
+            expect_host=("known_bug.fast_image_processor",),
+            allow=("memory.threshold", "oom.event", "restart.masked_leak"),
         ),
     )
 }
