@@ -1,15 +1,22 @@
 """Open a trace bucket as DuckDB views.
 
-Files are listed in Python from the hive layout (``table/date=.../host=...``),
-so date and host filters prune whole folders before DuckDB opens anything.
-A table with no files becomes an empty, correctly typed view: rules that
-need it are skipped, everything else still runs.
+Files are listed through the bucket layout (:mod:`collector.layout`), so date and
+host filters prune whole folders before DuckDB opens anything. Each file's footer
+is checked against the schema first: a truncated, empty, foreign or drifted file
+is left out and named (an incomplete analysis), and the rest is analysed. A table
+with no files becomes an empty, correctly typed table: rules that need it are
+skipped, everything else still runs.
+
+Time sanity: samples stamped more than :data:`FUTURE_MARGIN` after the analysis
+time, or (for tables sampled by a collector run) before the host's first
+collector run, are quarantined: left out of the views, counted and listed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,13 +24,18 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from collector import layout
 from collector.schema import TABLES
 from collector.store import is_s3, s3_filesystem, s3_root
-from collector.writer import COMPACT_MARK, TMP_PREFIX, replaced_by, sanitize_host
+
+FUTURE_MARGIN = dt.timedelta(minutes=5)
+# tables whose rows a collector run samples at run time: none can predate the first run
+# (log lines and probe records can: they were written before the collector read them)
+SAMPLED_AT_RUN = ("gpu_samples", "gpu_processes", "proc_maps", "processes", "metric_samples")
 
 
 class BucketError(Exception):
-    """The bucket cannot be read (missing, not a bucket, unreadable file)."""
+    """The bucket cannot be read (missing, not a bucket, unreadable listing)."""
 
 
 @dataclass
@@ -32,20 +44,24 @@ class Scope:
     until: dt.date | None = None
     hosts: list[str] = field(default_factory=list)
     before: dt.datetime | None = None  # only samples strictly before this instant
-    _wanted: tuple[tuple[str, ...], frozenset[str]] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
     def date_ok(self, d: dt.date) -> bool:
         return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
 
     def host_ok(self, h: str) -> bool:
-        if not self.hosts:
-            return True
-        key = tuple(self.hosts)
-        if self._wanted is None or self._wanted[0] != key:  # hosts is a plain, mutable list
-            self._wanted = (key, frozenset(sanitize_host(x) for x in self.hosts))
-        return h in self._wanted[1]
+        """``h`` is a real host name (decoded from its folder)."""
+        return not self.hosts or h in self.hosts
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)", re.I)
+
+
+def parse_memory_limit(value: str) -> str:
+    """A DuckDB memory limit such as ``2GB`` or ``512MiB``, checked before it reaches SQL."""
+    m = _SIZE.fullmatch(value.strip())
+    if not m:
+        raise ValueError(f"--memory-limit {value!r}: expected a size such as 512MB, 2GB or 1.5GiB")
+    return f"{m.group(1)}{m.group(2).upper().replace('I', 'i')}"
 
 
 def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
@@ -54,87 +70,30 @@ def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     return fn()
 
 
-def _partition_value(name: str, key: str) -> str | None:
-    prefix = key + "="
-    return name[len(prefix) :] if name.startswith(prefix) else None
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
+
+
+def _ts(t: dt.datetime) -> str:
+    return f"TIMESTAMPTZ '{t.astimezone(dt.UTC).isoformat()}'"
+
+
+def checked_files(
+    bucket: str | os.PathLike[str], table: str, scope: Scope, fs: Any = None
+) -> tuple[list[layout.FileCheck], list[layout.FileCheck]]:
+    """(readable files of a table in scope, files left out because they do not match)."""
+    root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
+    entries = layout.list_entries(root, table, fs, scope.date_ok, scope.host_ok)
+    return layout.live(layout.check_all(entries, fs))
 
 
 def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:
-    root = bucket / table
-    if not root.is_dir():
-        return []
-    files: list[str] = []
-    for date_dir in sorted(root.iterdir()):
-        dv = _partition_value(date_dir.name, "date")
-        if dv is None or not date_dir.is_dir():
-            continue
-        try:
-            day = dt.date.fromisoformat(dv)
-        except ValueError:
-            continue
-        if not scope.date_ok(day):
-            continue
-        for host_dir in sorted(date_dir.iterdir()):
-            hv = _partition_value(host_dir.name, "host")
-            if hv is None or not host_dir.is_dir() or not scope.host_ok(hv):
-                continue
-            here = [
-                f
-                for f in sorted(host_dir.iterdir())
-                if f.suffix == ".parquet" and not f.name.startswith(TMP_PREFIX)
-            ]
-            skip: set[str] = set()
-            for f in (
-                here
-            ):  # a compacted file stands for the files it replaced (see `leakreport compact`)
-                if COMPACT_MARK in f.name:
-                    skip.update(replaced_by(f))
-            files += [str(f) for f in here if f.name not in skip]
-    return files
-
-
-def list_s3_files(fs: Any, root: str, table: str, scope: Scope) -> list[str]:
-    """Keys of a table's files in an S3 bucket, pruned by the date=/host= path parts."""
-    from pyarrow.fs import FileSelector, FileType
-
-    infos = fs.get_file_info(
-        FileSelector(f"{root}/{table}".lstrip("/"), recursive=True, allow_not_found=True)
-    )
-    keys = []
-    for info in infos:
-        if (
-            info.type != FileType.File
-            or not info.path.endswith(".parquet")
-            or info.base_name.startswith(TMP_PREFIX)
-        ):
-            continue
-        parts = info.path.split("/")
-        dv = next((_partition_value(x, "date") for x in parts if x.startswith("date=")), None)
-        hv = next((_partition_value(x, "host") for x in parts if x.startswith("host=")), None)
-        try:
-            day = dt.date.fromisoformat(dv or "")
-        except ValueError:
-            continue
-        if hv is not None and scope.date_ok(day) and scope.host_ok(hv):
-            keys.append(info.path)
-    # a compacted object stands for the objects it replaced (see `leakreport compact`)
-    skip = {
-        k.rsplit("/", 1)[0] + "/" + name
-        for k in keys
-        if COMPACT_MARK in k.rsplit("/", 1)[-1]
-        for name in replaced_by(k, filesystem=fs)
-    }
-    return sorted(k for k in keys if k not in skip)
-
-
-def _temp_stage() -> str:
-    import atexit
-    import shutil
-    import tempfile
-
-    d = tempfile.mkdtemp(prefix="leakreport-s3-")
-    atexit.register(shutil.rmtree, d, True)
-    return d
+    """Readable files of a table in scope (local folder)."""
+    return [c.entry.path for c in checked_files(bucket, table, scope)[0]]
 
 
 def _stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[str]:
@@ -152,19 +111,35 @@ def _stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[
     return out
 
 
-def _sql_list(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+def _temp_stage() -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="leakreport-s3-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
-def open_bucket(
+@dataclass
+class Opened:
+    con: duckdb.DuckDBPyConnection
+    counts: dict[str, int]  # table -> files read
+    skipped: list[str] = field(default_factory=list)  # "path: reason", files left out
+    quarantined: list[str] = field(default_factory=list)  # one line per host and table
+    readable_dirs: list[str] = field(default_factory=list)  # where the views read from
+
+
+def open_checked(
     bucket: str | os.PathLike[str],
     scope: Scope | None = None,
     *,
     con: duckdb.DuckDBPyConnection | None = None,
     memory_limit: str | None = None,
     stage_dir: str | os.PathLike[str] | None = None,
-) -> tuple[duckdb.DuckDBPyConnection, dict[str, int]]:
-    """A connection with one view per trace table, and files read per table.
+    now: dt.datetime | None = None,
+) -> Opened:
+    """A connection with one view per trace table, what was read, and what was not.
 
     An ``s3://`` bucket's objects (pruned by date and host first) are copied once
     into ``stage_dir`` (a temporary folder if not given) and read from there:
@@ -186,50 +161,157 @@ def open_bucket(
         raise BucketError(f"{path}: no such bucket folder")
     elif not path.is_dir():
         raise BucketError(f"{path}: a bucket is a folder of trace tables")
+    limit = parse_memory_limit(memory_limit) if memory_limit else None
     scope = scope or Scope()
     con = con or duckdb.connect()
-    if memory_limit:
-        con.execute(f"SET memory_limit = '{memory_limit}'")
-    counts: dict[str, int] = {}
+    if limit:
+        con.execute(f"SET memory_limit = '{limit}'")  # checked by parse_memory_limit
+    con.execute("SET TimeZone = 'UTC'")
+    out = Opened(con, {})
+    if s3 is not None:
+        stage_dir = stage_dir or _temp_stage()
+        out.readable_dirs.append(os.path.abspath(stage_dir))
+    else:
+        out.readable_dirs.append(os.path.abspath(path))
+    good: dict[str, list[layout.FileCheck]] = {}
+    for name in TABLES:
+        try:
+            ok, bad = checked_files(bucket, name, scope, s3)
+        except OSError as e:
+            raise BucketError(f"{bucket}/{name}: cannot list the trace files: {e}") from e
+        good[name] = ok
+        out.skipped += [f"{_shown(bucket, c.entry.path, s3)}: {c.problem}" for c in bad]
+        out.counts[name] = len(ok)
+    wall = dt.datetime.now(dt.UTC)
+    hi = max(now or wall, wall) + FUTURE_MARGIN
+    first_run = _first_runs(con, good["collector_runs"], hi)
     for name, spec in TABLES.items():
-        files = (
-            list_s3_files(s3, s3_root(str(bucket)), name, scope)
-            if s3
-            else list_files(path, name, scope)
-        )
-        counts[name] = len(files)
+        files = [c.entry.path for c in good[name]]
         if s3 is not None and files:
             files = _stage(s3, files, stage_dir or _temp_stage())
         cols = ", ".join(f'"{c}"' for c in spec.columns)
-        if files:
-            where = []
-            if scope.since:
-                where.append(f"ts >= TIMESTAMPTZ '{scope.since.isoformat()} 00:00:00+00'")
-            if scope.until:
-                nxt = scope.until + dt.timedelta(days=1)
-                where.append(f"ts < TIMESTAMPTZ '{nxt.isoformat()} 00:00:00+00'")
-            if scope.before:
-                where.append(f"ts < TIMESTAMPTZ '{scope.before.astimezone(dt.UTC).isoformat()}'")
-            cond = (" WHERE " + " AND ".join(where)) if where else ""
-            src = (
-                f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
-            )
-            if spec.key:
-                keys = ", ".join(f'"{c}"' for c in spec.key)
-                sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
-            else:
-                sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {src}{cond}"
-        else:
+        if not files:
             # a real (empty) table, visible to every cursor of the connection
             con.register("__empty", pa.Table.from_pylist([], schema=spec.schema))
-            sql = f"CREATE OR REPLACE TABLE {name} AS SELECT {cols} FROM __empty"
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT {cols} FROM __empty")
+            con.unregister("__empty")
+            continue
+        los = first_run if name in SAMPLED_AT_RUN else {}
+        sane = _sane_predicate(good[name], hi, los)
+        src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+        where = _scope_predicates(scope) + ([sane] if sane else [])
+        cond = (" WHERE " + " AND ".join(where)) if where else ""
+        if spec.key:
+            keys = ", ".join(f'"{c}"' for c in spec.key)
+            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
+        else:
+            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {src}{cond}"
         try:
             con.execute(sql)
-            if not files:
-                con.unregister("__empty")
-            if files:
-                con.execute(f"SELECT * FROM {name} LIMIT 0")
+            con.execute(f"SELECT * FROM {name} LIMIT 0")
+            if sane:
+                out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
-            raise BucketError(f"{path}/{name}: cannot read trace files: {e}") from e
-    con.execute("SET TimeZone = 'UTC'")
-    return con, counts
+            raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
+    return out
+
+
+def open_bucket(
+    bucket: str | os.PathLike[str],
+    scope: Scope | None = None,
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+    memory_limit: str | None = None,
+    stage_dir: str | os.PathLike[str] | None = None,
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, int]]:
+    """:func:`open_checked`, as (connection, files read per table)."""
+    o = open_checked(bucket, scope, con=con, memory_limit=memory_limit, stage_dir=stage_dir)
+    return o.con, o.counts
+
+
+def _shown(bucket: str | os.PathLike[str], p: str, fs: Any) -> str:
+    return f"s3://{p}" if fs is not None else p
+
+
+def _scope_predicates(scope: Scope) -> list[str]:
+    where = []
+    if scope.since:
+        where.append(f"ts >= TIMESTAMPTZ '{scope.since.isoformat()} 00:00:00+00'")
+    if scope.until:
+        nxt = scope.until + dt.timedelta(days=1)
+        where.append(f"ts < TIMESTAMPTZ '{nxt.isoformat()} 00:00:00+00'")
+    if scope.before:
+        where.append(f"ts < {_ts(scope.before)}")
+    return where
+
+
+def _first_runs(
+    con: duckdb.DuckDBPyConnection, runs: list[layout.FileCheck], hi: dt.datetime
+) -> dict[str, dt.datetime]:
+    """Each host's first collector run (runs stamped in the future do not count)."""
+    if not runs:
+        return {}
+    src = f"read_parquet({_sql_list([c.entry.path for c in runs])}, union_by_name = true)"
+    rows = con.execute(
+        f"SELECT host, min(ts) FROM {src} WHERE ts <= {_ts(hi)} GROUP BY host"
+    ).fetchall()
+    return {str(h): t - FUTURE_MARGIN for h, t in rows if t is not None}
+
+
+def _sane_predicate(
+    files: list[layout.FileCheck], hi: dt.datetime, los: dict[str, dt.datetime]
+) -> str | None:
+    """The condition a row must meet to be used, or None when the footers' time ranges
+    show that every row of every file meets it (the usual case: no cost at all)."""
+    suspect_hosts: set[str] = set()
+    too_late = False
+    for c in files:
+        if c.ts_max is None or c.ts_max > hi:
+            too_late = True
+        lo = los.get(c.entry.host)
+        if lo is not None and (c.ts_min is None or c.ts_min < lo):
+            suspect_hosts.add(c.entry.host)
+    if not too_late and not suspect_hosts:
+        return None
+    parts = [f"ts <= {_ts(hi)}"]
+    if suspect_hosts:
+        cases = " ".join(f"WHEN {_sql_str(h)} THEN {_ts(los[h])}" for h in sorted(suspect_hosts))
+        parts.append(f"ts >= coalesce(CASE host {cases} END, ts)")
+    return "(" + " AND ".join(parts) + ")"
+
+
+def _count_quarantined(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    files: list[str],
+    checks: list[layout.FileCheck],
+    sane: str,
+    scope: Scope,
+) -> list[str]:
+    where = " AND ".join([*_scope_predicates(scope), f"NOT {sane}"])
+    src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+    rows = con.execute(
+        f"SELECT host, count(*), min(ts), max(ts) FROM {src} WHERE {where} GROUP BY host ORDER BY host"
+    ).fetchall()
+    return [
+        f"{h}: {n} {name} row(s) quarantined, stamped {_iso(a)} to {_iso(b)}: more than "
+        f"{int(FUTURE_MARGIN.total_seconds() // 60)} min after the analysis time or before the "
+        "host's first collector run; not used for trends or thresholds"
+        for h, n, a, b in rows
+    ]
+
+
+def _iso(t: Any) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "?"
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
+    """After the views exist: no file access outside ``readable`` (the bucket, or its
+    staging folder) and no configuration changes, for the rest of the connection."""
+    dirs = [d.rstrip("/") + "/" for d in readable]
+    tmp = con.execute("SELECT current_setting('temp_directory')").fetchone()
+    if tmp and tmp[0]:
+        dirs.append(os.path.abspath(str(tmp[0])).rstrip("/") + "/")
+    con.execute(f"SET allowed_directories = {_sql_list(dirs)}")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")

@@ -7,6 +7,9 @@ exists, so at every instant they count each row once: old files, or the new
 one, never both and never neither. A crash leaves the new file plus originals
 that readers already skip; the next run deletes them. On S3 the same holds per
 object: the new object appears in one PUT, readers skip what it replaces.
+
+A file that does not match the schema (truncated, empty, foreign, drifted) is
+left where it is, out of the merge, and named in the result: compaction goes on.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector import layout
 from collector.schema import TABLES, table
 from collector.store import is_s3, s3_filesystem, s3_root
-from collector.writer import COMPACT_MARK, TMP_PREFIX, replaced_by, to_arrow, write_compacted
+from collector.writer import to_arrow, write_compacted
 
 
 class CompactError(Exception):
@@ -36,6 +40,7 @@ class Result:
     files_before: int = 0
     files_after: int = 0
     rows: int = 0
+    skipped: list[str] = field(default_factory=list)  # "file: reason", left as they are
 
     def add(
         self, where: str, counts: tuple[int, int, int], progress: Callable[[str], None] | None
@@ -49,110 +54,69 @@ class Result:
             progress(f"{where}: {n_before} -> {n_after} files ({rows} rows)")
 
 
-def _folders(bucket: Path, before: dt.date):
-    for name in TABLES:
-        for date_dir in sorted((bucket / name).glob("date=*")):
-            try:
-                day = dt.date.fromisoformat(date_dir.name[5:])
-            except ValueError:
-                continue
-            if day < before:
-                for host_dir in sorted(date_dir.glob("host=*")):
-                    yield name, day, host_dir
+Group = tuple[str, dt.date, str]  # table, date, encoded host folder
 
 
-def compact_folder(name: str, day: dt.date, folder: Path) -> tuple[int, int, int]:
-    files = sorted(f for f in folder.glob("*.parquet") if not f.name.startswith(TMP_PREFIX))
-    gone = {n for f in files if COMPACT_MARK in f.name for n in replaced_by(f)}
-    for f in files:  # finish what a crashed run left: originals already replaced
-        if f.name in gone:
-            f.unlink()
-    live = [f for f in files if f.name not in gone]
-    if len(live) <= 1:
-        return len(files), len(live), 0
-    parts = [to_arrow(name, pq.read_table(f).replace_schema_metadata(None)) for f in live]
-    data = pa.concat_tables(parts).sort_by(table(name).time_column)
-    expected = sum(p.num_rows for p in parts)
-    replaces = sorted(
-        {f.name for f in live} | {n for f in live if COMPACT_MARK in f.name for n in replaced_by(f)}
-    )
-    new = write_compacted(folder.parents[2], folder.name[5:], name, day, data, replaces)
-    got = pq.read_metadata(new).num_rows
-    if got != expected:
-        new.unlink()
-        raise CompactError(f"{new}: wrote {got} rows for {expected}; originals kept")
-    for f in live:
-        f.unlink()
-    return len(files), 1, got
+def groups(
+    root: str, before: dt.date, fs: Any = None, tables: list[str] | None = None
+) -> dict[Group, list[layout.Entry]]:
+    """Finished table/date/host folders (days before ``before``) and their files."""
+    out: dict[Group, list[layout.Entry]] = {}
+    for name in tables or list(TABLES):
+        for e in layout.list_entries(root, name, fs, lambda d: d < before):
+            out.setdefault((e.table, e.day, e.host_dir), []).append(e)
+    return out
 
 
-def _s3_groups(fs: Any, root: str, before: dt.date) -> dict[tuple[str, dt.date, str], list[str]]:
-    from pyarrow.fs import FileSelector, FileType
-
-    groups: dict[tuple[str, dt.date, str], list[str]] = {}
-    for name in TABLES:
-        sel = FileSelector(f"{root}/{name}".lstrip("/"), recursive=True, allow_not_found=True)
-        for info in fs.get_file_info(sel):
-            parts = info.path.split("/")
-            if (
-                info.type != FileType.File
-                or not info.base_name.endswith(".parquet")
-                or info.base_name.startswith(TMP_PREFIX)
-                or len(parts) < 3
-                or not parts[-3].startswith("date=")
-                or not parts[-2].startswith("host=")
-            ):
-                continue
-            try:
-                day = dt.date.fromisoformat(parts[-3][5:])
-            except ValueError:
-                continue
-            if day < before:
-                groups.setdefault((name, day, parts[-2][5:]), []).append(info.path)
-    return groups
+def _rows_written(path: str, fs: Any) -> int:
+    return int(pq.read_metadata(path, filesystem=fs).num_rows)
 
 
-def _delete(fs: Any, key: str) -> None:
-    fs.delete_file(key)
+def _delete(path: str, fs: Any) -> None:
+    if fs is None:
+        Path(path).unlink()
+    else:
+        fs.delete_file(path)
 
 
-def compact_s3_group(
-    fs: Any, bucket: str, name: str, day: dt.date, host: str, keys: list[str]
+def compact_group(
+    bucket: str,
+    name: str,
+    day: dt.date,
+    host_dir: str,
+    entries: list[layout.Entry],
+    fs: Any = None,
+    skipped: list[str] | None = None,
 ) -> tuple[int, int, int]:
-    """The same steps as :func:`compact_folder`, on objects: one PUT makes the new
-    object appear whole; originals are deleted only after its row count checks out."""
-    folder = keys[0].rsplit("/", 1)[0]
-    gone = {
-        f"{folder}/{n}" for k in keys if COMPACT_MARK in k for n in replaced_by(k, filesystem=fs)
-    }
-    for k in keys:
-        if k in gone:
-            _delete(fs, k)
-    live = sorted(k for k in keys if k not in gone)
-    if len(live) <= 1:
-        return len(keys), len(live), 0
+    """One folder: (files before, files after, rows merged)."""
+    checks = layout.check_all(entries, fs)
+    gone = layout.replaced_names(checks)
+    for c in checks:  # finish what a crashed run left: originals already replaced
+        if (c.entry.folder, c.entry.name) in gone:
+            _delete(c.entry.path, fs)
+    good, bad = layout.live(checks)
+    prefix = "s3://" if fs is not None else ""
+    if skipped is not None:
+        skipped += [f"{prefix}{c.entry.path}: {c.problem}" for c in bad]
+    if len(good) <= 1:
+        return len(entries), len(good) + len(bad), 0
     parts = [
-        to_arrow(name, pq.read_table(k, filesystem=fs).replace_schema_metadata(None)) for k in live
+        to_arrow(name, pq.read_table(c.entry.path, filesystem=fs).replace_schema_metadata(None))
+        for c in good
     ]
     data = pa.concat_tables(parts).sort_by(table(name).time_column)
     expected = sum(p.num_rows for p in parts)
-    replaces = sorted(
-        {k.rsplit("/", 1)[1] for k in live}
-        | {n for k in live if COMPACT_MARK in k for n in replaced_by(k, filesystem=fs)}
-    )
-    # the writer returns Path("s3://key"), which a Path prints as "s3:/key"
-    new = (
-        str(write_compacted(bucket, host, name, day, data, replaces))
-        .removeprefix("s3:")
-        .lstrip("/")
-    )
-    got = pq.read_metadata(new, filesystem=fs).num_rows
+    replaces = sorted({c.entry.name for c in good} | {n for c in good for n in c.replaces})
+    new = str(write_compacted(bucket, host_dir, name, day, data, replaces))
+    if fs is not None:  # the writer returns Path("s3://key"), which prints as "s3:/key"
+        new = new.removeprefix("s3:").lstrip("/")
+    got = _rows_written(new, fs)
     if got != expected:
-        fs.delete_file(new)
-        raise CompactError(f"s3://{new}: wrote {got} rows for {expected}; originals kept")
-    for k in live:
-        _delete(fs, k)
-    return len(keys), 1, got
+        _delete(new, fs)
+        raise CompactError(f"{prefix}{new}: wrote {got} rows for {expected}; originals kept")
+    for c in good:
+        _delete(c.entry.path, fs)
+    return len(entries), 1 + len(bad), got
 
 
 def compact(
@@ -162,19 +126,22 @@ def compact(
 ) -> Result:
     before = before or dt.datetime.now(dt.UTC).date()  # today is not finished
     res = Result()
+    fs = None
     if is_s3(bucket):
         fs = s3_filesystem()
-        try:
-            groups = _s3_groups(fs, s3_root(str(bucket)), before)
-        except OSError as e:
-            raise CompactError(f"{bucket}: cannot list the S3 bucket: {e}") from e
-        for (name, day, host), keys in sorted(groups.items()):
-            counts = compact_s3_group(fs, str(bucket), name, day, host, keys)
-            res.add(f"{name}/{day}/host={host}", counts, progress)
-        return res
-    root = Path(bucket)
-    if not root.is_dir():
-        raise CompactError(f"{root}: no such bucket folder")
-    for name, day, folder in _folders(root, before):
-        res.add(f"{name}/{day}/{folder.name}", compact_folder(name, day, folder), progress)
+        root = s3_root(str(bucket))
+    else:
+        root = str(bucket)
+        if not Path(root).is_dir():
+            raise CompactError(f"{root}: no such bucket folder")
+    try:
+        todo = groups(root, before, fs)
+    except OSError as e:
+        raise CompactError(f"{bucket}: cannot list the bucket: {e}") from e
+    for (name, day, host_dir), entries in sorted(todo.items()):
+        counts = compact_group(str(bucket), name, day, host_dir, entries, fs, res.skipped)
+        res.add(f"{name}/{day}/host={host_dir}", counts, progress)
+    for line in res.skipped:
+        if progress:
+            progress(f"left as it is: {line}")
     return res

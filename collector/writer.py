@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,34 +20,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector import __version__
+from collector.layout import (
+    COMPACT_MARK,
+    REPLACES_KEY,
+    SCHEMA_KEY,
+    TABLE_KEY,
+    TMP_PREFIX,
+    decode_host,
+    encode_host,
+    file_name,
+    partition,
+)
 from collector.schema import SCHEMA_VERSION, table
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
-TMP_PREFIX = ".tmp-"
-
-
-def sanitize_host(name: str) -> str:
-    """Turn any host name into one safe path component.
-
-    Keeps letters, digits, ``.``, ``_`` and ``-``; everything else (``/``,
-    ``=``, control characters, spaces) becomes ``_``; runs of dots collapse and
-    a leading dot is dropped, so ``..`` can never reach a path.
-    """
-    s = _SAFE.sub("_", name.strip())
-    s = re.sub(r"\.{2,}", ".", s).lstrip(".")
-    s = s[:128]
-    return s or "unknown"
-
-
-COMPACT_MARK = "-compact-"
-REPLACES_KEY = b"leakreport.replaces"
+__all__ = ["COMPACT_MARK", "TMP_PREFIX", "BucketWriter", "encode_host", "write_compacted"]
 
 
 def _file_metadata(table_name: str, extra: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
     return {
-        b"leakreport.schema_version": str(SCHEMA_VERSION).encode(),
+        SCHEMA_KEY: str(SCHEMA_VERSION).encode(),
         b"leakreport.collector_version": __version__.encode(),
-        b"leakreport.table": table_name.encode(),
+        TABLE_KEY: table_name.encode(),
         **(extra or {}),
     }
 
@@ -89,10 +80,11 @@ class BucketWriter:
         self.s3 = s3_filesystem() if is_s3(bucket) else None
         self.s3_root = s3_root(str(bucket)) if self.s3 is not None else ""
         self.root = Path(bucket) if self.s3 is None else Path("/")
-        self.host = sanitize_host(host)
+        self.host = host  # the real name, in the ``host`` column; encoded in paths
+        self.host_dir = encode_host(host)
 
     def partition_dir(self, table_name: str, date: dt.date) -> Path:
-        return self.root / table_name / f"date={date.isoformat()}" / f"host={self.host}"
+        return self.root / partition(table_name, date, self.host, self.host_dir)
 
     def write(self, table_name: str, rows: Iterable[Mapping[str, Any]] | pa.Table) -> list[Path]:
         """Write rows, one file per UTC date they span. Returns the files written."""
@@ -155,8 +147,10 @@ class BucketWriter:
     ) -> Path:
         """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
         name = _file_name(table_name, data, mark)
-        key = f"{self.s3_root}/{table_name}/date={day.isoformat()}/host={self.host}/{name}".lstrip(
-            "/"
+        key = (
+            f"{self.s3_root}/{partition(table_name, day, self.host, self.host_dir)}/{name}".lstrip(
+                "/"
+            )
         )
         data = data.replace_schema_metadata(_file_metadata(table_name, extra))
         pq.write_table(data, key, filesystem=self.s3, compression="zstd")
@@ -167,11 +161,11 @@ class BucketWriter:
         ``<bucket>/<kind>/date=.../host=.../<name>``, atomically; returns where it went."""
         data = src.read_bytes()
         if self.s3 is not None:
-            key = f"{self.s3_root}/{kind}/date={day.isoformat()}/host={self.host}/{src.name}"
+            key = f"{self.s3_root}/{partition(kind, day, self.host, self.host_dir)}/{src.name}"
             with self.s3.open_output_stream(key.lstrip("/")) as out:
                 out.write(data)
             return "s3://" + key.lstrip("/")
-        folder = self.root / kind / f"date={day.isoformat()}" / f"host={self.host}"
+        folder = self.root / partition(kind, day, self.host, self.host_dir)
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / src.name
         tmp = folder / f"{TMP_PREFIX}{src.name}"
@@ -185,9 +179,7 @@ class BucketWriter:
 
 
 def _file_name(table_name: str, data: pa.Table, mark: str) -> str:
-    """<table><mark><first timestamp>-<random>.parquet: sorts by time, never collides."""
-    start = min(data.column(table(table_name).time_column).to_pylist())
-    return f"{table_name}{mark}{start:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.parquet"
+    return file_name(table_name, min(data.column(table(table_name).time_column).to_pylist()), mark)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -205,7 +197,7 @@ def _fsync_dir(folder: Path) -> None:
 
 def write_compacted(
     bucket: str | os.PathLike[str],
-    host: str,
+    host_dir: str,
     table_name: str,
     day: dt.date,
     data: pa.Table,
@@ -215,8 +207,8 @@ def write_compacted(
     that see it skip those, so old and new are never counted together."""
     import json
 
-    w = BucketWriter(bucket, host)
-    w.host = host  # already a sanitised path component
+    w = BucketWriter(bucket, decode_host(host_dir))
+    w.host_dir = host_dir  # the folder it compacts, as it is named
     extra = {REPLACES_KEY: json.dumps(sorted(replaces)).encode()}
     return w._write_file(table_name, day, data, extra, mark=COMPACT_MARK)
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collector.schema import SCHEMA_VERSION, TABLES
-from collector.writer import BucketWriter, read_metadata, sanitize_host
+from collector.writer import BucketWriter, encode_host, read_metadata
 
 T0 = dt.datetime(2026, 3, 1, 23, 59, 50, tzinfo=dt.UTC)
 
@@ -66,31 +66,32 @@ def test_unknown_column_is_an_error(tmp_path) -> None:
         )
 
 
-def test_host_column_is_the_sanitised_host(tmp_path) -> None:
+def test_host_column_is_the_real_name_and_the_folder_is_encoded(tmp_path) -> None:
     (f,) = BucketWriter(tmp_path, "a/b").write(
         "gpu_samples", _gpu_rows(1, T0 - dt.timedelta(hours=1))
     )
-    assert pq.read_table(f).column("host").to_pylist() == ["a_b"]
+    assert pq.read_table(f).column("host").to_pylist() == ["a/b"]
+    assert f.parent.name == "host=a%2Fb" and f.parent.parent.parent.parent == tmp_path
 
 
 @pytest.mark.parametrize(
-    "raw,clean",
+    "raw,folder",
     [
         ("gpu-01.example.com", "gpu-01.example.com"),
-        ("../../etc", "_._etc"),
-        ("a/b", "a_b"),
-        ("", "unknown"),
-        ("host=x", "host_x"),
-        ("..", "unknown"),
-        ("bad\nname\x00", "bad_name_"),
+        ("../../etc", "%2E.%2F..%2Fetc"),
+        ("a/b", "a%2Fb"),
+        ("", "%"),
+        ("host=x", "host%3Dx"),
+        ("..", "%2E."),
+        ("bad\nname\x00", "bad%0Aname%00"),
     ],
 )
-def test_sanitize_examples(raw: str, clean: str) -> None:
-    assert sanitize_host(raw) == clean
+def test_host_folder_examples(raw: str, folder: str) -> None:
+    assert encode_host(raw) == folder
 
 
 @given(st.text())
-def test_sanitize_is_one_safe_component(name: str) -> None:
-    s = sanitize_host(name)
-    assert s and "/" not in s and ".." not in s and not s.startswith(".")
-    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in s)
+def test_host_folder_is_one_safe_component(name: str) -> None:
+    s = encode_host(name)
+    assert s and "/" not in s and s not in (".", "..") and not s.startswith(".")
+    assert all(c.isascii() and (c.isalnum() or c in "._-%~") for c in s)

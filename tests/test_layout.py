@@ -1,0 +1,148 @@
+"""The bucket layout: reversible host folders, listing, compaction marks, schema checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector import layout
+from collector.schema import SCHEMA_VERSION, TABLES
+from collector.writer import BucketWriter, to_arrow
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def _rows(n: int, host: str = "x", start: dt.datetime = T0) -> list[dict]:
+    return [
+        {"ts": start + dt.timedelta(seconds=10 * i), "host": host, "gpu_index": 0} for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("gpu-nodé-1", "gpu-nodè-1"),
+        ("", ".", "..", "unknown", "%", "_"),
+        ("a/b", "a_b", "a%2Fb", "a b"),
+        ("host=x", "host_x"),
+        ("bad\nname\x00", "bad_name_"),
+    ],
+)
+def test_distinct_names_stay_distinct_and_come_back(names: tuple[str, ...]) -> None:
+    enc = [layout.encode_host(n) for n in names]
+    assert len(set(enc)) == len(names)
+    assert [layout.decode_host(e) for e in enc] == list(names)
+
+
+@given(st.text(max_size=80))
+def test_every_name_is_one_safe_component(name: str) -> None:
+    s = layout.encode_host(name)
+    assert s and "/" not in s and s not in (".", "..") and not s.startswith(".")
+    assert all(c.isascii() and (c.isalnum() or c in "._-%~") for c in s)
+    assert len(s) <= layout.MAX_COMPONENT
+    if "~" not in s:  # names that fit are reversible; longer ones end in a hash
+        assert layout.decode_host(s) == name
+
+
+def test_very_long_names_stay_distinct_and_short() -> None:
+    a, b = "é" * 300 + "a", "é" * 300 + "b"
+    ea, eb = layout.encode_host(a), layout.encode_host(b)
+    assert ea != eb and len(ea) <= layout.MAX_COMPONENT and "~" in ea
+
+
+def test_folders_written_before_encoding_read_as_themselves() -> None:
+    assert layout.decode_host("gpu_01") == "gpu_01"
+    assert layout.decode_host("a%zz") == "a%zz"
+
+
+def test_writer_lists_back_by_real_name(tmp_path) -> None:
+    for host in ("gpu-nodé-1", "gpu-nodè-1", ".."):
+        BucketWriter(tmp_path, host).write("gpu_samples", _rows(2))
+    entries = layout.list_entries(str(tmp_path), "gpu_samples")
+    assert sorted(e.host for e in entries) == sorted(["gpu-nodé-1", "gpu-nodè-1", ".."])
+    # every file stays inside the bucket, and the host column keeps the real name
+    for e in entries:
+        assert e.path.startswith(str(tmp_path / "gpu_samples" / "date=2026-03-01" / "host="))
+        assert pq.read_table(e.path).column("host").to_pylist() == [e.host, e.host]
+    only = layout.list_entries(str(tmp_path), "gpu_samples", host_ok=lambda h: h == "gpu-nodé-1")
+    assert [e.host for e in only] == ["gpu-nodé-1"]
+    assert layout.hosts_in(str(tmp_path), TABLES) == sorted(["gpu-nodé-1", "gpu-nodè-1", ".."])
+
+
+def test_parse_ignores_temporary_and_foreign_paths() -> None:
+    good = "b/gpu_samples/date=2026-03-01/host=h%2F1/gpu_samples-x.parquet"
+    assert layout.parse(good) == (
+        "gpu_samples",
+        dt.date(2026, 3, 1),
+        "h%2F1",
+        "gpu_samples-x.parquet",
+    )
+    assert layout.parse("b/gpu_samples/date=2026-03-01/host=h/.tmp-x.parquet") is None
+    assert layout.parse("b/gpu_samples/date=yesterday/host=h/x.parquet") is None
+    assert layout.parse("b/gpu_samples/host=h/x.parquet") is None
+
+
+def _write_raw(path, table: pa.Table, meta: dict[bytes, bytes] | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.replace_schema_metadata(meta), path)
+
+
+def _meta(table_name: str = "gpu_samples", version: int = SCHEMA_VERSION) -> dict[bytes, bytes]:
+    return {layout.SCHEMA_KEY: str(version).encode(), layout.TABLE_KEY: table_name.encode()}
+
+
+def _check(tmp_path, name: str) -> str | None:
+    (e,) = [e for e in layout.list_entries(str(tmp_path), "gpu_samples") if e.name == name]
+    return layout.check_file(e).problem
+
+
+def test_schema_check_names_what_is_wrong(tmp_path) -> None:
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    good = to_arrow("gpu_samples", _rows(3))
+    _write_raw(folder / "ok.parquet", good, _meta())
+    (folder / "empty.parquet").write_bytes(b"")
+    (folder / "cut.parquet").write_bytes((folder / "ok.parquet").read_bytes()[:-40])
+    _write_raw(folder / "foreign.parquet", good, None)
+    _write_raw(folder / "v9.parquet", good, _meta(version=99))
+    _write_raw(folder / "wrong-table.parquet", good, _meta("log_lines"))
+    mib = good.set_column(
+        good.schema.get_field_index("memory_used_bytes"),
+        "memory_used_bytes",
+        pa.array([1.5] * 3, pa.float64()),
+    )
+    _write_raw(folder / "float.parquet", mib, _meta())
+    _write_raw(folder / "nocol.parquet", good.drop_columns(["gpu_index"]), _meta())
+    text_ts = good.set_column(0, "ts", pa.array([str(t) for t in good.column("ts").to_pylist()]))
+    _write_raw(folder / "textts.parquet", text_ts, _meta())
+    assert _check(tmp_path, "ok.parquet") is None
+    expected = {
+        "empty.parquet": "unreadable Parquet",
+        "cut.parquet": "unreadable Parquet",
+        "foreign.parquet": "not a leakreport trace file",
+        "v9.parquet": "schema_version 99",
+        "wrong-table.parquet": "a 'log_lines' file",
+        "float.parquet": "column 'memory_used_bytes' is double",
+        "nocol.parquet": "column 'gpu_index' is missing",
+        "textts.parquet": "column 'ts' is string",
+    }
+    for name, words in expected.items():
+        assert words in (_check(tmp_path, name) or ""), name
+
+
+def test_footer_gives_time_range_and_replaced_files(tmp_path) -> None:
+    (f,) = BucketWriter(tmp_path, "h").write("gpu_samples", _rows(4))
+    (e,) = layout.list_entries(str(tmp_path), "gpu_samples")
+    c = layout.check_file(e)
+    assert (c.rows, c.ts_min, c.ts_max) == (4, T0, T0 + dt.timedelta(seconds=30))
+    assert c.replaces == []
+    folder = f.parent
+    meta = {**_meta(), layout.REPLACES_KEY: json.dumps([f.name]).encode()}
+    _write_raw(folder / "gpu_samples-compact-x.parquet", to_arrow("gpu_samples", _rows(4)), meta)
+    good, bad = layout.live(layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples")))
+    assert [c.entry.name for c in good] == ["gpu_samples-compact-x.parquet"] and not bad
