@@ -24,33 +24,20 @@ _STATUS_RANK = {"skipped": 0, "clean": 1, "fired": 2, "errored": 3}
 
 
 def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:
+    """Real host names with a file in scope (from the folder names; no file is opened)."""
+    from collector import layout
     from collector.schema import TABLES
     from collector.store import is_s3, s3_filesystem, s3_root
 
     if is_s3(bucket):
-        from analyzer.bucket import BucketError, list_s3_files
+        from analyzer.bucket import BucketError
 
-        fs, prefix = s3_filesystem(), s3_root(str(bucket))
+        fs = s3_filesystem()
         try:
-            keys = [k for t in TABLES for k in list_s3_files(fs, prefix, t, scope)]
+            return layout.hosts_in(s3_root(str(bucket)), TABLES, fs, scope.date_ok, scope.host_ok)
         except OSError as e:  # pyarrow's S3 errors are OSErrors
             raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
-        return sorted({part[5:] for k in keys for part in k.split("/") if part.startswith("host=")})
-    hosts: set[str] = set()
-    root = Path(bucket)
-    for table_dir in root.iterdir() if root.is_dir() else []:
-        for date_dir in table_dir.glob("date=*"):
-            try:
-                day = dt.date.fromisoformat(date_dir.name[5:])
-            except ValueError:
-                continue
-            if not scope.date_ok(day):
-                continue
-            for host_dir in date_dir.glob("host=*"):
-                h = host_dir.name[5:]
-                if scope.host_ok(h):
-                    hosts.add(h)
-    return sorted(hosts)
+    return layout.hosts_in(str(bucket), TABLES, None, scope.date_ok, scope.host_ok)
 
 
 def _task(
@@ -60,11 +47,18 @@ def _task(
     overrides: dict[str, dict[str, Any]],
     now: dt.datetime | None,
     memory_limit: str | None,
+    rule_timeout: float | None = 60.0,
 ) -> dict[str, Any]:
     from analyzer.runner import analyze
 
     doc = analyze(
-        bucket, packs, scope=scope, overrides=overrides, now=now, memory_limit=memory_limit
+        bucket,
+        packs,
+        scope=scope,
+        overrides=overrides,
+        now=now,
+        memory_limit=memory_limit,
+        rule_timeout=rule_timeout,
     )
     return doc.to_dict()
 
@@ -121,6 +115,7 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
         for g in d.run.gaps
     ]
     out.run.gaps = stale_hosts(out) + sorted(failures, key=lambda g: g.split(": ", 1)[0])
+    out.run.incomplete = sorted({r for d in docs for r in d.run.incomplete})
     return out
 
 
@@ -135,6 +130,7 @@ def analyze_fanout(
     memory_limit: str | None = None,
     hosts_per_task: int = 1,
     progress: Callable[[str], None] | None = None,
+    rule_timeout: float | None = 60.0,
 ) -> FindingsDocument:
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
@@ -142,7 +138,13 @@ def analyze_fanout(
         from analyzer.runner import analyze
 
         return analyze(
-            bucket, packs, scope=scope, overrides=overrides, now=now, memory_limit=memory_limit
+            bucket,
+            packs,
+            scope=scope,
+            overrides=overrides,
+            now=now,
+            memory_limit=memory_limit,
+            rule_timeout=rule_timeout,
         )
     groups = [hosts[i : i + hosts_per_task] for i in range(0, len(hosts), max(hosts_per_task, 1))]
     futures = [
@@ -154,6 +156,7 @@ def analyze_fanout(
             overrides or {},
             now,
             memory_limit,
+            rule_timeout,
         )
         for g in groups
     ]
@@ -192,6 +195,7 @@ def analyze_local(
     now: dt.datetime | None = None,
     memory_limit: str | None = None,
     batch_hosts: int = 32,
+    rule_timeout: float | None = 60.0,
 ) -> FindingsDocument:
     """One connection for up to ``batch_hosts`` hosts; more are analysed in batches of
     that many, one after the other, so memory is bounded by the batch, not the fleet."""
@@ -208,6 +212,7 @@ def analyze_local(
             progress=progress,
             now=now,
             memory_limit=memory_limit,
+            rule_timeout=rule_timeout,
         )
     batches = -(-len(hosts) // batch_hosts)
     if progress:
@@ -226,6 +231,7 @@ def analyze_local(
         now=now,
         memory_limit=memory_limit,
         hosts_per_task=batch_hosts,
+        rule_timeout=rule_timeout,
     )
 
 
