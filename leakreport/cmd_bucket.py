@@ -6,7 +6,8 @@ import datetime as dt
 
 import click
 
-from leakreport.common import console, die, parse_date, verbosity_options
+from analyzer import exitcodes
+from leakreport.common import console, die, err, parse_date, verbosity_options
 
 
 @click.command()
@@ -22,7 +23,9 @@ def compact(bucket: str, before: dt.date | None) -> None:
 
     BUCKET is a folder or s3://bucket/prefix. Safe while others read: a reader
     sees the old files or the new one, never both; originals are deleted only
-    after the new file's row count checks out.
+    after the new file's row count checks out. A file that does not match the
+    schema (truncated, empty, foreign) is left as it is and named; the exit
+    code is then 3.
 
     \b
     Example (daily cron):
@@ -39,3 +42,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
         f"{res.folders} folders: {res.files_before} files -> {res.files_after} "
         f"({res.rows} rows rewritten)"
     )
+    for line in res.skipped:
+        err(f"leakreport: incomplete: left as it is: {line}")
+    if res.skipped:
+        raise SystemExit(exitcodes.INCOMPLETE)

@@ -182,6 +182,7 @@ class AnalysisOptions:
     workers: int = 2
     memory_limit: str | None = None
     batch_hosts: int = 32
+    rule_timeout: float = 60.0
 
 
 _SCOPE_OPTS = [
@@ -238,6 +239,14 @@ _RUN_OPTS = [
         type=click.IntRange(1),
         help="Local runs over more hosts than this analyse them in batches of this many, "
         "one connection at a time: memory stays bounded, findings are the same.",
+    ),
+    click.option(
+        "--rule-timeout",
+        default=60.0,
+        show_default=True,
+        type=click.FloatRange(min=0.1),
+        metavar="SECONDS",
+        help="Stop a rule that runs longer than this; it is recorded as errored (exit 3).",
     ),
 ]
 _FIELDS = [f.name for f in dataclasses.fields(AnalysisOptions)]
@@ -337,6 +346,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
                     memory_limit=opts.memory_limit,
                     hosts_per_task=opts.batch_hosts,
                     progress=say,
+                    rule_timeout=opts.rule_timeout,
                 )
             finally:
                 closer.close()
@@ -351,6 +361,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
                 progress=say,
                 memory_limit=opts.memory_limit,
                 batch_hosts=opts.batch_hosts,
+                rule_timeout=opts.rule_timeout,
             )
     except (BucketError, ValueError, RuntimeError, OSError) as e:
         die(str(e))
