@@ -224,6 +224,8 @@ def load_pack(folder: str | Path) -> Pack:
 
 def load_packs(extra: list[str | Path] | None = None, *, builtin: bool = True) -> list[Pack]:
     packs = [load_pack(DEFAULT_PACK)] if builtin else []
+    if builtin and not packs[0].rules and not packs[0].errors:
+        raise PackError(f"{DEFAULT_PACK / 'rules'}: the built-in pack has no rules - this installation is incomplete; reinstall leakreport")
     packs += [load_pack(p) for p in extra or []]
     seen: dict[str, Path] = {}
     for p in packs:
