@@ -1,0 +1,349 @@
+"""``leakcollect import prometheus``: dcgm-exporter and engine series from a Prometheus
+server into the bucket's own tables (``gpu_samples``, ``metric_samples``,
+``collector_runs``), so every rule, report and fleet view works unchanged.
+
+It lists the series in the window first (``/api/v1/series``), then fetches host batch
+by host batch, in time chunks of at most ``--points`` points per query (and never more
+than 11,000 per series), writing each chunk before the next is fetched: memory stays
+bounded however long the window or large the fleet. A query that hits the server's
+sample limit is split in time, then by host; what still fails is skipped and named.
+
+Each step is read as ``last_over_time(metric[lookback])``: a series that ended (a pod
+that restarted) stops within ``--lookback`` instead of Prometheus' 5-minute staleness,
+and where an old and a new series of one GPU overlap, the newer one wins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from collector.promapi import MAX_POINTS_PER_SERIES, PromClient, PromError
+from collector.promplan import GpuId, Mapping, Plan, Series, make_plan
+
+SOURCE = "prometheus"
+Say = Callable[[str], None]
+
+
+@dataclass
+class Options:
+    start: float  # epoch seconds
+    end: float
+    step: float = 15.0
+    match: str = ""  # extra matchers, '{cluster="a"}'
+    hosts: set[str] | None = None
+    lookback: float | None = None
+    max_series: int = 256  # series per host batch
+    points: int = 400_000  # points per query
+
+    @property
+    def window(self) -> float:
+        return self.lookback or max(4 * self.step, 60.0)
+
+
+@dataclass
+class Stats:
+    hosts: int = 0
+    samples: int = 0  # points read from Prometheus
+    rows: dict[str, int] = field(default_factory=dict)
+    files: int = 0
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, table: str, n: int) -> None:
+        self.rows[table] = self.rows.get(table, 0) + n
+
+
+def _matchers(match: str) -> str:
+    m = match.strip()
+    if not m:
+        return ""
+    if not (m.startswith("{") and m.endswith("}")):
+        raise ValueError(
+            f"--match {match!r}: expected label matchers in braces, e.g. '{{job=\"dcgm\"}}'"
+        )
+    return m[1:-1].strip().rstrip(",")
+
+
+def _selector(metric: str, extra: str, by: str, values: list[str]) -> str:
+    alt = "|".join(re.escape(v) for v in sorted(values))
+    alt = alt.replace("\\", "\\\\").replace('"', '\\"')
+    inner = ", ".join(x for x in (extra, f'{by}=~"{alt}"') if x)
+    return f"{metric}{{{inner}}}"
+
+
+def discover(client: PromClient, mapping: Mapping, opts: Options) -> Plan:
+    extra = _matchers(opts.match)
+    sel = [f"{m}{{{extra}}}" if extra else m for m in mapping.gpu]
+    gpu_sets = client.series(sel, opts.start, opts.end)
+    esel = [f"{m}{{{extra}}}" if extra else m for m in mapping.engine]
+    engine_sets = client.series(esel, opts.start, opts.end) if esel else []
+    return make_plan(gpu_sets, engine_sets, mapping, opts.hosts)
+
+
+class _Fetcher:
+    def __init__(self, client: PromClient, opts: Options, stats: Stats, say: Say) -> None:
+        self.client, self.opts, self.stats, self.say = client, opts, stats, say
+
+    def fetch(
+        self, metric: str, by: str, values: list[str], t0: float, t1: float
+    ) -> list[tuple[dict[str, str], list[list[Any]]]]:
+        """Points of ``metric`` for these host values on the step grid [t0, t1]."""
+        sel = _selector(metric, _matchers(self.opts.match), by, values)
+        q = f"last_over_time({sel}[{int(math.ceil(self.opts.window))}s])"
+        try:
+            return self.client.query_range(q, t0, t1, self.opts.step)
+        except PromError as e:
+            if e.kind != "too_many_samples":
+                raise
+        steps = int(round((t1 - t0) / self.opts.step))
+        if steps >= 1:
+            mid = t0 + (steps // 2) * self.opts.step
+            return self.fetch(metric, by, values, t0, mid) + self.fetch(
+                metric, by, values, mid + self.opts.step, t1
+            )
+        if len(values) > 1:
+            half = len(values) // 2
+            return self.fetch(metric, by, values[:half], t0, t1) + self.fetch(
+                metric, by, values[half:], t0, t1
+            )
+        self.stats.skipped.append(
+            f"{metric} {by}={values[0]} at {_iso(t0)}: over the server's sample limit "
+            "even for one step (raise --query.max-samples on the server)"
+        )
+        return []
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _groups(series: list[Series]) -> dict[tuple[str, str], list[str]]:
+    """(metric, host label) -> the label values to select."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for s in series:
+        out.setdefault((s.metric, s.by), set()).add(s.value)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+class _GpuChunk:
+    """One chunk's device columns per (host, GPU) on the step grid; newer series win."""
+
+    def __init__(self, t0: float, n: int) -> None:
+        self.t0, self.n = t0, n
+        self.cols: dict[tuple[str, int], dict[str, array[float]]] = {}
+        self.ident: dict[tuple[str, int], list[GpuId | None]] = {}
+        self.owner: dict[tuple[str, int, str], list[float]] = {}
+
+    def put(
+        self,
+        host: str,
+        g: GpuId,
+        column: str,
+        scale: float,
+        born: float,
+        pts: list[list[Any]],
+        step: float,
+    ) -> int:
+        k = (host, g.gpu_index)
+        col = self.cols.setdefault(k, {}).setdefault(column, array("d", [math.nan]) * self.n)
+        owner = self.owner.setdefault((host, g.gpu_index, column), [-math.inf] * self.n)
+        ident = self.ident.setdefault(k, [None] * self.n)
+        n = 0
+        for t, v in pts:
+            i = int(round((float(t) - self.t0) / step))
+            if 0 <= i < self.n and born >= owner[i]:
+                x = float(v)
+                col[i] = x * scale if not math.isnan(x) else math.nan
+                owner[i] = born
+                if column == "memory_used_bytes" or ident[i] is None:
+                    ident[i] = g
+                n += 1
+        return n
+
+    def table(self, host: str, step: float) -> pa.Table:
+        ts: list[int] = []
+        out: dict[str, list[Any]] = {
+            c: []
+            for c in (
+                "gpu_index",
+                "gpu_uuid",
+                "gpu_name",
+                "namespace",
+                "pod",
+                "container",
+                "memory_total_bytes",
+            )
+        }
+        cols = (
+            "memory_used_bytes",
+            "memory_free_bytes",
+            "memory_reserved_bytes",
+            "utilization_gpu_pct",
+            "utilization_memory_pct",
+        )
+        for c in cols:
+            out[c] = []
+        for (h, gi), data in sorted(self.cols.items()):
+            if h != host:
+                continue
+            ident = self.ident[(h, gi)]
+            for i in range(self.n):
+                vals = {
+                    c: data[c][i] if c in data and not math.isnan(data[c][i]) else None
+                    for c in cols
+                }
+                if vals["memory_used_bytes"] is None and vals["utilization_gpu_pct"] is None:
+                    continue
+                g = ident[i]
+                ts.append(int(round((self.t0 + i * step) * 1e6)))
+                out["gpu_index"].append(gi)
+                out["gpu_uuid"].append(g.uuid if g else None)
+                out["gpu_name"].append(g.name if g else None)
+                out["namespace"].append(g.namespace if g else None)
+                out["pod"].append(g.pod if g else None)
+                out["container"].append(g.container if g else None)
+                for c in cols:
+                    v = vals[c]
+                    out[c].append(None if v is None else int(v) if c.endswith("_bytes") else v)
+                u, f, r = (
+                    vals["memory_used_bytes"],
+                    vals["memory_free_bytes"],
+                    vals["memory_reserved_bytes"],
+                )
+                out["memory_total_bytes"].append(
+                    int(u + f + (r or 0)) if u is not None and f is not None else None
+                )
+        keep = _gpu_columns()  # the workload columns only where the schema has them
+        table: dict[str, Any] = {k: v for k, v in out.items() if k in keep}
+        table["ts"] = pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        return pa.table(table)
+
+
+def _gpu_columns() -> set[str]:
+    from collector.schema import GPU_SAMPLES
+
+    return set(GPU_SAMPLES.columns)
+
+
+def _metric_table(rows: list[tuple[int, str, dict[str, str], float]], source: str) -> pa.Table:
+    return pa.table(
+        {
+            "ts": pa.array([r[0] for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "source": pa.array([source] * len(rows), pa.string()),
+            "name": pa.array([r[1] for r in rows], pa.string()),
+            "labels": pa.array(
+                [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
+            ),
+            "value": pa.array([r[3] for r in rows], pa.float64()),
+        }
+    )
+
+
+def run_import(
+    client: PromClient,
+    mapping: Mapping,
+    opts: Options,
+    bucket: str,
+    say: Say = lambda m: print(m, file=sys.stderr),
+) -> Stats:
+    """Fetch and write; raises PromError when nothing could be read at all."""
+    from collector.writer import BucketWriter
+
+    t_begin = time.perf_counter()
+    stats = Stats()
+    step = opts.step
+    opts.start = math.floor(opts.start / step) * step
+    plan = discover(client, mapping, opts)
+    for why in plan.dropped:
+        say(f"left out: {why}")
+    if not plan.series:
+        checked = ", ".join([*mapping.gpu, *mapping.engine][:6])
+        scope = f" for host(s) {', '.join(sorted(opts.hosts))}" if opts.hosts else ""
+        raise PromError(
+            "empty",
+            f"{client.url}: no series{scope} of the mapped metrics ({checked}, ...) "
+            f"{'matching ' + opts.match + ' ' if opts.match else ''}"
+            f"between {_iso(opts.start)} and {_iso(opts.end)}",
+        )
+    hosts = plan.hosts()
+    stats.hosts = len(hosts)
+    born: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    fetcher = _Fetcher(client, opts, stats, say)
+    source = f"{SOURCE}:{client.url}"
+    batches = plan.batches(opts.max_series)
+    say(f"{len(plan.series)} series on {len(hosts)} hosts in {len(batches)} batches")
+    for b, batch in enumerate(batches, 1):
+        members = set(batch)
+        series = [s for s in plan.series if s.host in members]
+        by_key = {(s.metric, s.labels): s for s in series}
+        groups = _groups(series)
+        widest = max(len([s for s in series if s.metric == m]) for m, _ in groups)
+        steps = max(1, min(MAX_POINTS_PER_SERIES, opts.points // max(widest, 1)))
+        t0 = opts.start
+        while t0 <= opts.end:
+            t1 = min(opts.end, t0 + (steps - 1) * step)
+            n = int(round((t1 - t0) / step)) + 1
+            chunk = _GpuChunk(t0, n)
+            engine_rows: dict[str, list[tuple[int, str, dict[str, str], float]]] = {}
+            for (metric, by), values in groups.items():
+                for labels, pts in fetcher.fetch(metric, by, values, t0, t1):
+                    labels.pop("__name__", None)  # kept by some versions' *_over_time
+                    key = tuple(sorted(labels.items()))
+                    s = by_key.get((metric, key))
+                    if s is None or not pts:
+                        continue
+                    stats.samples += len(pts)
+                    first = born.setdefault((metric, key), float(pts[0][0]))
+                    if metric in mapping.gpu:
+                        column, scale = mapping.gpu[metric]
+                        chunk.put(s.host, plan.gpu[key], column, scale, first, pts, step)
+                    else:
+                        rows = engine_rows.setdefault(s.host, [])
+                        lab = dict(labels)
+                        rows.extend(
+                            (int(round(float(t) * 1e6)), metric, lab, float(v)) for t, v in pts
+                        )
+            for host in batch:
+                w = BucketWriter(bucket, host)
+                gt = chunk.table(host, step)
+                if gt.num_rows:
+                    stats.files += len(w.write("gpu_samples", gt))
+                    stats.add("gpu_samples", gt.num_rows)
+                erows = engine_rows.get(host)
+                if erows:
+                    stats.files += len(w.write("metric_samples", _metric_table(erows, source)))
+                    stats.add("metric_samples", len(erows))
+            say(
+                f"[batch {b}/{len(batches)}] {_iso(t0)[:16]} .. {_iso(t1)[:16]}: "
+                f"{stats.samples:,} samples read, {time.perf_counter() - t_begin:.0f}s"
+            )
+            t0 = t1 + step
+    now = dt.datetime.now(dt.UTC)
+    for host in hosts:
+        BucketWriter(bucket, host).write(
+            "collector_runs",
+            [
+                {
+                    "ts": dt.datetime.fromtimestamp(opts.start, dt.UTC),
+                    "run_id": f"import-{now:%Y%m%dT%H%M%SZ}",
+                    "source": source,
+                    "status": "failed" if stats.skipped else "ok",
+                    "rows": None,
+                    "error": "; ".join(stats.skipped)[:2000] or None,
+                    "duration_s": time.perf_counter() - t_begin,
+                    "finished": now,
+                }
+            ],
+        )
+    stats.seconds = time.perf_counter() - t_begin
+    return stats
