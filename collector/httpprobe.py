@@ -12,9 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
+
+from collector.scrape import Fetch
 
 READ_LIMIT = 1 << 20
 
@@ -39,21 +39,22 @@ def probe(
     timeout: float = 10.0,
     body: bytes | None = None,
     model: str | None = None,
+    deadline: float | None = None,
+    fetch: Fetch | None = None,
 ) -> dict[str, Any]:
-    """One request; a row for the ``http_probes`` table. Never raises."""
+    """One request, over by ``timeout`` (or ``deadline``); a row for ``http_probes``. Never raises."""
     data = body if body is not None else default_body(url, model)
     headers = {"Content-Type": "application/json"} if data is not None else {}
     row: dict[str, Any] = {"ts": now, "host": host, "url": url, "status": None}
     t0 = time.perf_counter()
-    try:
-        req = urllib.request.Request(url, data=data, headers=headers)
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - operator-given URL
-            r.read(READ_LIMIT)
-            row["status"] = int(r.status)
-    except urllib.error.HTTPError as e:
-        row["status"] = int(e.code)
-        row["error"] = f"HTTP {e.code} {e.reason}"
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        row["error"] = str(getattr(e, "reason", e))[:500] or type(e).__name__
+    end = time.monotonic() + timeout
+    end = min(end, deadline) if deadline is not None else end
+    got = (fetch or Fetch())(url, end, READ_LIMIT, data=data, headers=headers)
+    if got.status is not None and (got.error is None or "too large" in got.error):
+        row["status"] = got.status
+        if got.status >= 400:
+            row["error"] = f"HTTP {got.status} {got.reason}".rstrip()
+    else:
+        row["error"] = (got.error or "no answer")[:500]
     row["latency_s"] = round(time.perf_counter() - t0, 6)
     return row

@@ -8,6 +8,7 @@ and only what cannot be read is skipped (and counted).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ class Sample:
 class ParseResult:
     samples: list[Sample]
     skipped_lines: int
+    timed_out: bool = False  # the deadline came during the line-by-line retry
 
 
 def _parse_strict(text: str) -> list[Sample]:
@@ -57,15 +59,25 @@ def _blocks(lines: list[str]) -> Iterable[list[str]]:
         yield block
 
 
-def parse(text: str, prefixes: Iterable[str] | None = DEFAULT_PREFIXES) -> ParseResult:
-    """Samples whose name starts with one of ``prefixes`` (all when None)."""
+def parse(
+    text: str, prefixes: Iterable[str] | None = DEFAULT_PREFIXES, deadline: float | None = None
+) -> ParseResult:
+    """Samples whose name starts with one of ``prefixes`` (all when None).
+
+    The retry of a broken page family by family and line by line stops at
+    ``deadline`` (``time.monotonic()``): a page of garbage cannot hold a run.
+    """
     keep = tuple(prefixes) if prefixes is not None else None
     skipped = 0
+    timed_out = False
     try:
         samples = _parse_strict(text)
     except Exception:
         samples = []
         for block in _blocks(text.splitlines()):
+            if deadline is not None and time.monotonic() > deadline:
+                timed_out = True
+                break
             try:
                 samples.extend(_parse_strict("\n".join(block) + "\n"))
                 continue
@@ -75,6 +87,9 @@ def parse(text: str, prefixes: Iterable[str] | None = DEFAULT_PREFIXES) -> Parse
             for line in block:
                 if not line.strip() or line.startswith("#"):
                     continue
+                if deadline is not None and time.monotonic() > deadline:
+                    timed_out = True
+                    break
                 try:
                     samples.extend(_parse_strict("\n".join([*header, line]) + "\n"))
                 except Exception:
@@ -94,4 +109,4 @@ def parse(text: str, prefixes: Iterable[str] | None = DEFAULT_PREFIXES) -> Parse
     ]
     if keep is not None:
         samples = [s for s in samples if s.name.startswith(keep)]
-    return ParseResult(samples, skipped)
+    return ParseResult(samples, skipped, timed_out)

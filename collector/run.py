@@ -1,8 +1,15 @@
 """One collector run: sample for a while, then write one file per table.
 
-Each source (nvml, procfs, logs, metrics) fails on its own and says why in a
-``collector_runs`` row. Files are written first, the log cursor after, so a
-run killed at any point loses at most itself and never skips a log line.
+Every source (NVML, procfs, each /metrics URL, the latency probe, each log,
+the probe spool) is a :class:`collector.sources.Source` run under a deadline:
+the per-sample ones end before the next sample is due, so a stuck endpoint
+never delays the GPU samples; a source past its deadline is abandoned and its
+``collector_runs`` row says why. Files are written first, the log cursor
+after, so a run killed at any point loses at most itself and never skips a
+log line. SIGTERM ends a run within 2 s (what was sampled is written; the logs
+wait for the next run at their cursor). A run never outlives
+:func:`run_limit`: past it the process exits, and a lock older than that is
+taken over by the next run, which says so.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import fcntl
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -20,12 +28,38 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from collector import __version__, exitcodes, httpprobe, logtail, scrape, spool
-from collector.nvml import Nvml, NvmlUnavailable
+from collector import __version__, exitcodes, logtail, scrape, spool
+from collector.nvml import Nvml
 from collector.procfs import ProcFS
+from collector.sources import (
+    SOURCES,
+    Ledger,
+    LogSource,
+    MetricsSource,
+    NvmlSource,
+    ProbeSource,
+    ProcfsSource,
+    Source,
+    SpoolSource,
+    guarded,
+    start,
+    take,
+)
 from collector.writer import BucketWriter
 
-SOURCES = ("nvml", "procfs", "logs", "metrics", "allocator", "http_probe")
+TABLES = (
+    "gpu_samples",
+    "gpu_processes",
+    "proc_maps",
+    "processes",
+    "metric_samples",
+    "log_lines",
+    "http_probes",
+    "allocator_samples",
+)
+WRITE_MARGIN_S = 15.0  # writing the files and the cursor, after the sources
+TERM_GRACE_S = 1.5  # after SIGTERM, the process is gone by then whatever it is doing
+LOCK = "leakcollect.lock"
 
 
 @dataclass
@@ -44,171 +78,251 @@ class Config:
     probe_urls: list[str] = field(default_factory=list)
     probe_timeout: float = 10.0
     probe_model: str | None = None
+    nvml_timeout: float = 5.0
+    procfs_timeout: float = 5.0
+    log_timeout: float = 20.0  # all logs together; an unread rest waits at the cursor
+    spool_timeout: float = 10.0
+    metrics_max_bytes: int = scrape.MAX_BYTES
+    log_max_bytes: int = 256 << 20
+
+    @property
+    def limit_s(self) -> float:
+        """The longest this run may take, whatever its sources do."""
+        return run_limit(self.duration, self.interval, self.log_timeout + self.spool_timeout)
+
+
+def run_limit(duration: float, interval: float, end_phase: float = 30.0) -> float:
+    sample = max(interval, 10.0)  # the last (or only) sample's sources
+    return duration + sample + end_phase + WRITE_MARGIN_S
+
+
+@dataclass
+class RunResult:
+    code: int
+    run_id: str
+    files: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (source, one-line reason)
 
 
 class LockHeld(Exception):
     pass
 
 
-def acquire_lock(state_dir: Path) -> IO[str]:
+def _until(holder: str) -> float | None:
+    for part in holder.split():
+        if part.startswith("until="):
+            try:
+                return float(part[len("until=") :])
+            except ValueError:
+                return None
+    return None
+
+
+def acquire_lock(
+    state_dir: Path, hold_s: float = run_limit(55.0, 10.0), say: Callable[[str], None] | None = None
+) -> IO[str]:
+    """Hold the state dir's lock for one run (at most ``hold_s`` seconds, written in the file).
+
+    A lock whose holder is past its own limit is taken over, with a message: that
+    run is stuck where no signal reaches it, and must not stop collection for good.
+    """
+    say = say or (lambda m: print(m, file=sys.stderr))
     state_dir.mkdir(parents=True, exist_ok=True)
-    f = open(state_dir / "leakcollect.lock", "a+")  # noqa: SIM115 - held for the run
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    path = state_dir / LOCK
+    for _ in range(5):
+        f = open(path, "a+")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            until = _until(holder)
+            if until is None or time.time() <= until:
+                raise LockHeld(
+                    f"another leakcollect run holds {path} ({holder or 'unknown pid'})"
+                ) from None
+            _break_stale(path, state_dir / f"{LOCK}.takeover", say)
+            continue
+        try:
+            if os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
+                f.close()  # replaced by a takeover between our open and our lock
+                continue
+        except FileNotFoundError:
+            f.close()
+            continue
         f.seek(0)
-        holder = f.read().strip()
-        f.close()
-        raise LockHeld(
-            f"another leakcollect run holds {state_dir / 'leakcollect.lock'} ({holder or 'unknown pid'})"
-        ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}\n")
-    f.flush()
-    return f
+        f.truncate()
+        f.write(f"pid {os.getpid()} until={time.time() + hold_s:.0f}\n")
+        f.flush()
+        return f
+    raise LockHeld(f"{path}: still contended after 5 attempts")
 
 
-@dataclass
-class _Status:
-    rows: int = 0
-    errors: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    skipped: bool = False
+def _break_stale(path: Path, guard: Path, say: Callable[[str], None]) -> None:
+    """Remove a lock file whose holder is past its limit; one taker at a time."""
+    with open(guard, "a") as g:
+        fcntl.flock(g.fileno(), fcntl.LOCK_EX)  # held for a few system calls
+        try:
+            f = open(path)  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return
+        with f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # free now: the holder ended meanwhile
+            except BlockingIOError:
+                pass
+            holder = f.read().strip()
+            until = _until(holder)
+            if until is None or time.time() <= until:
+                return  # another run took it over meanwhile
+            say(
+                f"leakcollect: taking over {path}: its holder ({holder}) is "
+                f"{time.time() - until:.0f} s past its limit and still holds it"
+            )
+            os.unlink(path)
 
 
 def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None = None) -> int:
     """Run once; returns an exit code from :mod:`collector.exitcodes`."""
+    return collect_run(cfg, nvml_lib, say).code
+
+
+def collect_run(
+    cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None = None
+) -> RunResult:
+    """Run once; every failed source is in ``failures`` and said in one line."""
     say = say or (lambda m: print(m, file=sys.stderr))
     started = dt.datetime.now(dt.UTC)
-    run_id = uuid.uuid4().hex[:16]
-    tables: dict[str, list[dict[str, Any]]] = {
-        t: []
-        for t in (
-            "gpu_samples",
-            "gpu_processes",
-            "proc_maps",
-            "processes",
-            "metric_samples",
-            "log_lines",
-            "http_probes",
-        )
-    }
-    status = {s: _Status() for s in SOURCES}
-    stop = {"now": False}
+    result = RunResult(exitcodes.OK, uuid.uuid4().hex[:16])
+    stop = threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()
+
+    def bail(why: str) -> None:
+        say(f"leakcollect: run {result.run_id}: {why}; exiting without writing the rest")
+        os._exit(exitcodes.NOTHING)
 
     def on_term(_sig: int, _frame: FrameType | None) -> None:
-        stop["now"] = True
+        if not stop.is_set():
+            stop.set()
+            t = threading.Timer(TERM_GRACE_S, bail, ("SIGTERM grace period over",))
+            t.daemon = True
+            t.start()
 
-    old = signal.signal(signal.SIGTERM, on_term)
-    nvml = None if cfg.no_gpu else Nvml(nvml_lib)
-    if nvml is None:
-        status["nvml"].skipped = True
-    else:
-        try:
-            nvml.open()
-        except NvmlUnavailable as e:
-            status["nvml"].errors.append(str(e))
-            say(f"leakcollect: {e}; collecting the other sources")
-            nvml = None
-    procfs = ProcFS(cfg.proc_root)
-    deadline = time.monotonic() + cfg.duration
-    described: set[int] = set()
+    old = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    watchdog = threading.Timer(cfg.limit_s, bail, (f"still running after {cfg.limit_s:.0f} s",))
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        while True:
-            t0 = time.monotonic()
-            now = dt.datetime.now(dt.UTC)
-            gpu_pids: set[int] = set()
-            if nvml is not None:
-                s0 = time.perf_counter()
-                smp = nvml.sample(now, cfg.host)
-                tables["gpu_samples"] += smp.gpus
-                status["nvml"].rows += len(smp.gpus) + len(smp.processes)
-                status["nvml"].errors += [e for e in smp.errors if e not in status["nvml"].errors][
-                    :20
-                ]
-                status["nvml"].seconds += time.perf_counter() - s0
-                gpu_pids = {p["pid"] for p in smp.processes}
-                procs = smp.processes
-            else:
-                procs = []
-            s0 = time.perf_counter()
-            servers = set(procfs.servers())
-            host_side: dict[int, dict[str, Any]] = {}
-            for pid in sorted(gpu_pids | servers):
-                d = procfs.describe(pid, now, cfg.host)
-                if d is None:
-                    continue  # vanished, or not visible from here: normal
-                tables["proc_maps"].append(d["maps"])
-                if pid not in described:
-                    tables["processes"].append(d["process"])
-                    described.add(pid)
-                host_side[pid] = {**d["status"], "process_start": d["start"]}
-            for p in procs:  # NVML's view, with the host-side figures where readable
-                tables["gpu_processes"].append({**p, **host_side.get(p["pid"], {})})
-            status["procfs"].rows = len(tables["proc_maps"]) + len(tables["processes"])
-            status["procfs"].seconds += time.perf_counter() - s0
-            if not cfg.metrics_urls:
-                status["metrics"].skipped = True
-            for url in cfg.metrics_urls:
-                s0 = time.perf_counter()
-                r = scrape.scrape(url, now, cfg.host, cfg.metrics_timeout)
-                tables["metric_samples"] += r.rows
-                status["metrics"].rows += len(r.rows)
-                if r.error and r.error not in status["metrics"].errors:
-                    status["metrics"].errors.append(r.error)
-                status["metrics"].seconds += time.perf_counter() - s0
-            if not cfg.probe_urls:
-                status["http_probe"].skipped = True
-            elif not tables["http_probes"]:  # one request per run
-                for url in cfg.probe_urls:
-                    s0 = time.perf_counter()
-                    row = httpprobe.probe(
-                        url, now, cfg.host, cfg.probe_timeout, model=cfg.probe_model
-                    )
-                    tables["http_probes"].append(row)
-                    status["http_probe"].rows += 1
-                    if row["status"] is None:
-                        status["http_probe"].errors.append(f"{url}: {row.get('error')}")
-                    status["http_probe"].seconds += time.perf_counter() - s0
-            if stop["now"] or time.monotonic() + cfg.interval > deadline:
-                break
-            time.sleep(max(0.0, cfg.interval - (time.monotonic() - t0)))
+        got = _sample_and_read(cfg, nvml_lib, stop, say)
+        _write(cfg, got, started, result, say)
     finally:
-        if nvml is not None:
-            nvml.close()
-    # logs are read once per run, at its end: everything up to now
+        watchdog.cancel()
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    return result
+
+
+@dataclass
+class _Gathered:
+    tables: dict[str, list[dict[str, Any]]]
+    cursors: dict[str, logtail.Cursor]  # to save once the files are written
+    drained: spool.Drained  # spool files to delete once the files are written
+    ledger: Ledger
+
+
+def _sample_and_read(
+    cfg: Config, nvml_lib: Any, stop: threading.Event, say: Callable[[str], None]
+) -> _Gathered:
+    ledger = Ledger()
+    tables: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    nvml_src = None if cfg.no_gpu else NvmlSource(Nvml(nvml_lib), cfg.host)
+    procfs = ProcFS(cfg.proc_root)
+    described: set[int] = set()
+    stuck: dict[str, Source] = {}  # abandoned sources: not asked again this run
+    run_end = time.monotonic() + cfg.duration
+    probed = False
+    while not stop.is_set():
+        t0 = time.monotonic()
+        now = dt.datetime.now(dt.UTC)
+        tick_end = t0 + cfg.interval if cfg.duration else float("inf")
+        side: list[Source] = [
+            MetricsSource(u, now, cfg.host, cfg.metrics_max_bytes) for u in cfg.metrics_urls
+        ]
+        if not probed:  # one latency probe per run
+            side += [ProbeSource(u, now, cfg.host, cfg.probe_model) for u in cfg.probe_urls]
+            probed = True
+        side = [s for s in side if s.label not in stuck]
+        timeouts = {"metrics": cfg.metrics_timeout, "http_probe": cfg.probe_timeout}
+        side_deadlines = [min(t0 + timeouts[s.kind], tick_end) for s in side]
+        # the side sources run in threads while the GPUs are sampled here
+        pending = start(side, side_deadlines, stop)
+        gpu_pids: set[int] = set()
+        procs: list[dict[str, Any]] = []
+        if nvml_src is not None and "nvml" not in stuck:
+            nvml_src.now = now
+            ((out, secs),) = guarded([nvml_src], [min(t0 + cfg.nvml_timeout, tick_end)], stop)
+            take(out, secs, nvml_src, tables, ledger, stuck)
+            procs = out.extra or []
+            ledger.rows["nvml"] += len(procs)
+            gpu_pids = {p["pid"] for p in procs}
+            if not nvml_src.opened and not out.abandoned:
+                say(f"leakcollect: {'; '.join(out.errors)}; collecting the other sources")
+                nvml_src = None
+        host_side: dict[int, dict[str, Any]] = {}
+        if "procfs" not in stuck:
+            psrc = ProcfsSource(procfs, now, cfg.host, gpu_pids, described)
+            ((out, secs),) = guarded([psrc], [min(t0 + cfg.procfs_timeout, tick_end)], stop)
+            take(out, secs, psrc, tables, ledger, stuck)
+            host_side = out.extra or {}
+        # NVML's view, with the host-side figures where readable
+        tables["gpu_processes"] += [{**p, **host_side.get(p["pid"], {})} for p in procs]
+        for src, (out, secs) in zip(side, pending(), strict=True):
+            take(out, secs, src, tables, ledger, stuck)
+        if stop.is_set() or cfg.duration == 0 or time.monotonic() + cfg.interval > run_end:
+            break
+        stop.wait(max(0.0, t0 + cfg.interval - time.monotonic()))
+    # logs and the spool once per run, at its end: everything up to now
     cursor_file = cfg.state_dir / "log-cursors.json"
     cursors = logtail.load_cursors(cursor_file)
-    new_cursors = dict(cursors)
-    if not cfg.logs:
-        status["logs"].skipped = True
     now = dt.datetime.now(dt.UTC)
-    for path in cfg.logs:
-        s0 = time.perf_counter()
-        tr = logtail.tail(path, cursors.get(path), now, cfg.host)
-        tables["log_lines"] += tr.rows
-        status["logs"].rows += len(tr.rows)
-        if tr.error:
-            status["logs"].errors.append(tr.error)
-        if tr.cursor is not None:
-            new_cursors[path] = tr.cursor
-        status["logs"].seconds += time.perf_counter() - s0
+    end: list[Source] = [
+        LogSource(p, cursors.get(p), now, cfg.host, cfg.log_max_bytes) for p in cfg.logs
+    ]
+    if cfg.probe_spool is not None:
+        end.append(SpoolSource(cfg.probe_spool, now, cfg.host))
     drained = spool.Drained()
-    if cfg.probe_spool is None:
-        status["allocator"].skipped = True
-    else:
-        s0 = time.perf_counter()
-        drained = spool.drain(cfg.probe_spool, cfg.host)
-        tables["allocator_samples"] = drained.rows
-        status["allocator"].rows = len(drained.rows)
-        status["allocator"].errors += drained.errors
-        status["allocator"].seconds = time.perf_counter() - s0
+    if stop.is_set():
+        for s in end:  # nothing is lost: the next run starts at the same cursor
+            ledger.fail(s.kind, f"{s.label}: not read: the run was stopped (SIGTERM)")
+        end = []
+    t_end = time.monotonic()
+    deadlines = [t_end + (cfg.log_timeout if s.kind == "logs" else cfg.spool_timeout) for s in end]
+    for src, (out, secs) in zip(end, guarded(end, deadlines, stop), strict=True):
+        take(out, secs, src, tables, ledger, stuck)
+        if isinstance(src, LogSource) and out.extra is not None and not out.abandoned:
+            cursors[src.label] = out.extra
+        if isinstance(src, SpoolSource) and not out.abandoned:
+            drained = out.extra
+    if nvml_src is not None and nvml_src.opened and "nvml" not in stuck:
+        nvml_src.nvml.close()
+    return _Gathered(tables, cursors, drained, ledger)
+
+
+def _write(
+    cfg: Config,
+    got: _Gathered,
+    started: dt.datetime,
+    result: RunResult,
+    say: Callable[[str], None],
+) -> None:
+    ledger, drained = got.ledger, got.drained
+    now = dt.datetime.now(dt.UTC)
     writer = BucketWriter(cfg.bucket, cfg.host)
-    written = 0
     try:
-        for name, rows in tables.items():
-            written += len(writer.write(name, rows))
+        for name, rows in got.tables.items():
+            result.files += len(writer.write(name, rows))
         snaps = []
         for snap in drained.snapshots:
             where = writer.put_file("snapshots", now.date(), snap)
@@ -216,41 +330,41 @@ def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None
             snaps.append(
                 {"ts": now, "host": cfg.host, "pid": pid, "path": where, "size_bytes": size}
             )
-            written += 1
-        written += len(writer.write("allocator_snapshots", snaps))
+            result.files += 1
+        result.files += len(writer.write("allocator_snapshots", snaps))
     except OSError as e:
         say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
-        signal.signal(signal.SIGTERM, old)
-        return exitcodes.NOTHING
-    logtail.save_cursors(cursor_file, new_cursors)
+        result.code = exitcodes.NOTHING
+        result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
+        return
+    logtail.save_cursors(cfg.state_dir / "log-cursors.json", got.cursors)
     for f in drained.files + drained.snapshots:  # only now that the bucket has them
         try:
             f.unlink()
         except OSError as e:
-            status["allocator"].errors.append(f"{f}: not removed from the spool: {e}")
+            ledger.fail("allocator", f"{f}: not removed from the spool: {e}")
     finished = dt.datetime.now(dt.UTC)
-    runs = []
-    for src, st in status.items():
-        state = "skipped" if st.skipped else ("failed" if st.errors else "ok")
-        runs.append(
-            {
-                "ts": started,
-                "host": cfg.host,
-                "run_id": run_id,
-                "collector_version": __version__,
-                "source": src,
-                "status": state,
-                "rows": st.rows,
-                "error": "; ".join(st.errors)[:4000] or None,
-                "duration_s": round(st.seconds, 4),
-                "finished": finished,
-            }
-        )
+    runs = [
+        {
+            "ts": started,
+            "host": cfg.host,
+            "run_id": result.run_id,
+            "collector_version": __version__,
+            "source": src,
+            "status": ledger.status(src),
+            "rows": ledger.rows[src],
+            "error": "; ".join(ledger.errors[src])[:4000] or None,
+            "duration_s": round(ledger.seconds[src], 4),
+            "finished": finished,
+        }
+        for src in SOURCES
+    ]
     writer.write("collector_runs", runs)
-    signal.signal(signal.SIGTERM, old)
-    failed = [r["source"] for r in runs if r["status"] == "failed"]
+    result.failures = [(k, "; ".join(ledger.errors[k])) for k in SOURCES if ledger.errors[k]]
     say(
-        f"leakcollect: run {run_id}: {written} files, "
+        f"leakcollect: run {result.run_id}: {result.files} files, "
         + ", ".join(f"{r['source']} {r['status']} ({r['rows']} rows)" for r in runs)
     )
-    return exitcodes.PARTIAL if failed else exitcodes.OK
+    for kind, reason in result.failures:
+        say(f"leakcollect: {kind} failed: {reason[:300]}")
+    result.code = exitcodes.PARTIAL if result.failures else exitcodes.OK

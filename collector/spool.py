@@ -32,6 +32,7 @@ INT_FIELDS = {
     "dropped": "dropped",
 }
 MAX_ERRORS = 5
+MAX_BYTES = 256 << 20  # read per run; one probe file is a few MiB at most
 
 
 @dataclass
@@ -68,8 +69,19 @@ def snapshot_pid(name: str) -> int:
         return 0
 
 
-def drain(spool: str | os.PathLike[str], host: str, stale_s: float = 300.0) -> Drained:
-    """Read what the probe has finished writing. Never deletes anything."""
+def drain(
+    spool: str | os.PathLike[str],
+    host: str,
+    stale_s: float = 300.0,
+    deadline: float | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> Drained:
+    """Read what the probe has finished writing. Never deletes anything.
+
+    Stops between files at ``deadline`` (``time.monotonic()``) or once
+    ``max_bytes`` are read: the files not read stay in the spool for the next run.
+    """
+    budget = max_bytes
     out = Drained()
     folder = Path(spool)
     try:
@@ -87,11 +99,18 @@ def drain(spool: str | os.PathLike[str], host: str, stale_s: float = 300.0) -> D
             continue
         if not name.startswith("alloc-"):
             continue
+        if (deadline is not None and time.monotonic() > deadline) or budget <= 0:
+            break  # the rest stays in the spool for the next run
         try:
-            if name.endswith(PART) and now - f.stat().st_mtime < stale_s:
+            st = f.stat()
+            if name.endswith(PART) and now - st.st_mtime < stale_s:
                 continue  # still being written
             if not (name.endswith(DONE) or name.endswith(PART)):
                 continue
+            if st.st_size > max_bytes:
+                out.errors.append(f"{f}: {st.st_size} bytes, over the {max_bytes} byte limit: left")
+                continue
+            budget -= st.st_size
             text = f.read_text(encoding="utf-8", errors="replace")
         except OSError as e:
             out.errors.append(f"{f}: {e}")

@@ -22,8 +22,42 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 BATCH = "[2025-11-11 04:28:{s:02d}] Decode batch, #running-req: {n}, #token: 1, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0\n"
 
 
+TRICKLE_HIT = threading.Event()
+
+
+def _trickle(handler: http.server.BaseHTTPRequestHandler, head: bytes, data: bytes) -> None:
+    """Send ``head`` at once, then ``data`` one byte per 0.1 s (30 s at most)."""
+    try:
+        handler.wfile.write(head)
+        handler.wfile.flush()
+        TRICKLE_HIT.set()
+        for k in range(300):
+            handler.wfile.write(data[k % len(data) : k % len(data) + 1])
+            handler.wfile.flush()
+            time.sleep(0.1)
+    except OSError:
+        pass  # the collector hung up: what it should do
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path == "/trickle":  # a valid page, a byte at a time: each read is quick
+            _trickle(self, b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n", b"sglang:x 1\n")
+            return
+        if self.path == "/trickle-head":
+            _trickle(self, b"HTTP/1.0 200 OK\r\n", b"X-Slow: aaaa\r\n")
+            return
+        if self.path in ("/big", "/big-declared"):  # 10 MB of garbage
+            self.send_response(200)
+            if self.path == "/big-declared":
+                self.send_header("Content-Length", str(10 << 20))
+            self.end_headers()
+            try:
+                for _ in range(160):
+                    self.wfile.write(b"\x00garbage{{{ not metrics\n" * 2600)
+            except OSError:
+                pass
+            return
         if self.path == "/hang":
             time.sleep(3)
             return
@@ -277,3 +311,170 @@ def test_analyzer_reads_repeated_log_lines_once(tmp_path) -> None:
     w.write("log_lines", [row, {**row, "offset": 20}])  # the same line again, and a new one
     con, _ = open_bucket(tmp_path)
     assert con.execute("SELECT count(*) FROM log_lines").fetchall() == [(2,)]
+
+
+# --- every source under a deadline (issue 16) -----------------------------------------------
+
+
+def _in_thread(fn, limit: float):
+    """Call ``fn`` in a thread; (result, seconds), or fail if it is still running after ``limit``."""
+    box: dict = {}
+    t0 = time.monotonic()
+    t = threading.Thread(target=lambda: box.setdefault("r", fn()), daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"still running after {limit} s: wedged"
+    return box["r"], time.monotonic() - t0
+
+
+def test_a_trickling_endpoint_does_not_wedge_the_run_nor_delay_gpu_samples(
+    tmp_path, server
+) -> None:
+    from test_collector_nvml import FakeNvml
+
+    from collector.run import collect_run
+
+    cfg = _cfg(
+        tmp_path,
+        duration=2.0,
+        interval=0.5,
+        metrics_urls=[
+            f"{server}/trickle",
+            f"{server}/trickle-head",
+            f"{server}/metrics_sglang.prom",
+        ],
+    )
+    cfg.no_gpu, cfg.metrics_timeout = False, 30.0  # the per-sample deadline still applies
+    res, secs = _in_thread(
+        lambda: collect_run(cfg, nvml_lib=FakeNvml(gpus=2), say=lambda m: None), 15
+    )
+    assert secs < 5 and res.code == exitcodes.PARTIAL
+    gpus = _rows(tmp_path / "b", "gpu_samples")
+    assert len({g["ts"] for g in gpus}) >= 4  # one sample every 0.5 s, as if nothing were stuck
+    names = {r["name"] for r in _rows(tmp_path / "b", "metric_samples")}
+    assert "sglang:token_usage" in names  # the good endpoint of the same run
+    runs = {r["source"]: r for r in _rows(tmp_path / "b", "collector_runs")}
+    err = runs["metrics"]["error"]
+    assert runs["metrics"]["status"] == "failed" and "/trickle:" in err and "/trickle-head:" in err
+    assert "timed out" in err or "abandoned" in err
+    reasons = dict(res.failures)
+    assert "/trickle" in reasons["metrics"] and "\n" not in reasons["metrics"]
+
+
+def test_a_scrape_ends_by_its_deadline_whatever_the_server_sends(server) -> None:
+    import datetime as dt
+
+    from collector.scrape import scrape
+
+    now = dt.datetime.now(dt.UTC)
+    for path in ("/trickle", "/trickle-head", "/hang"):
+        r, secs = _in_thread(lambda p=path: scrape(f"{server}{p}", now, "h", timeout=0.8), 10)
+        assert secs < 1.5 and r.error and "timed out" in r.error and not r.rows, (path, r.error)
+
+
+def test_ten_megabytes_of_garbage_are_refused_without_filling_memory(server) -> None:
+    import datetime as dt
+    import tracemalloc
+
+    from collector.scrape import MAX_BYTES, scrape
+
+    now = dt.datetime.now(dt.UTC)
+    for path in ("/big", "/big-declared"):
+        tracemalloc.start()
+        r = scrape(f"{server}{path}", now, "h", timeout=20)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert r.error and "too large" in r.error and not r.rows, r.error
+        assert peak < 2 * MAX_BYTES + (1 << 20), f"{path}: peak {peak / 2**20:.1f} MiB"
+
+
+def test_sigterm_ends_a_run_in_under_two_seconds_and_loses_no_log_line(tmp_path, server) -> None:
+    log = tmp_path / "s.log"
+    log.write_text(BATCH.format(s=1, n=1))
+    args = [
+        "run",
+        "--duration",
+        "30",
+        "--interval",
+        "10",
+        "--metrics-timeout",
+        "9",
+        "--no-gpu",
+        "--metrics-url",
+        f"{server}/trickle",
+        "--log",
+        str(log),
+        "--bucket",
+        str(tmp_path / "b"),
+        "--state-dir",
+        str(tmp_path / "st"),
+    ]
+    TRICKLE_HIT.clear()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", *args], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert TRICKLE_HIT.wait(20), "the collector never scraped"
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert took < 2.0, f"SIGTERM took {took:.2f} s"
+    err = p.stderr.read() if p.stderr else ""
+    assert "SIGTERM" in err, err
+    runs = {r["source"]: r for r in _rows(tmp_path / "b", "collector_runs")}
+    assert runs["logs"]["status"] == "failed" and "not read" in runs["logs"]["error"]
+    assert "stopped" in runs["metrics"]["error"]
+    r = leakcollect("run", "--once", "--no-gpu", *args[-6:])  # the next run reads the log
+    assert [x["offset"] for x in _rows(tmp_path / "b", "log_lines")] == [0], r.stderr
+
+
+def test_a_stale_lock_is_taken_over_and_a_live_one_is_not(tmp_path) -> None:
+    from collector.run import LockHeld, acquire_lock
+
+    st = tmp_path / "st"
+    st.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(st / 'leakcollect.lock')!r}, 'a+')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "f.write('pid 1 until=1000')\nf.flush()\nprint('held', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        lock = acquire_lock(st, hold_s=60, say=said.append)  # its holder is decades late
+        assert said and "taking over" in said[0] and "until=1000" in said[0]
+        with pytest.raises(LockHeld, match="another leakcollect run holds"):
+            acquire_lock(st, hold_s=60, say=said.append)  # ours is fresh: no takeover
+        lock.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_run_never_outlives_its_limit(tmp_path) -> None:
+    """A bucket write stuck for good (a hung network mount): the process exits, the lock goes."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from collector import run, writer\n"
+        "run.run_limit = lambda *a, **k: 1.5\n"
+        "writer.BucketWriter.write = lambda *a, **k: time.sleep(60)\n"
+        f"cfg = run.Config(bucket={str(tmp_path / 'b')!r}, host='h', state_dir=Path({str(tmp_path / 'st')!r}), no_gpu=True)\n"
+        "sys.exit(run.collect(cfg))\n"
+    )
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.returncode == exitcodes.NOTHING and "still running after" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 10
