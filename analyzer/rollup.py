@@ -29,6 +29,11 @@ DEFAULTS: dict[str, Any] = {
     "step_noise_mib": 8,  # baseline steps below this are noise
     "proc_bin_s": 300,  # per-process figures (NVML, /proc) are averaged per bin of this width
     "alloc_bin_s": 300,  # allocator-probe floors are taken per bin of this width
+    # lifetimes without a process table (02b_lifetimes.sql)
+    "lifetime_merge_s": 600,  # start-up lines and memory resets this close are one restart
+    "reset_min_drop_mib": 1024,  # a memory reset drops at least this much in one bucket ...
+    "reset_drop_fraction": 0.1,  # ... and at least this share of the card
+    "loaded_fraction": 0.5,  # idle windows below this share of the lifetime's peak: still loading
 }
 
 ROLLUP_TABLES = (
@@ -41,6 +46,7 @@ ROLLUP_TABLES = (
     "activity",
     "activity_grid",
     "proc_bins",
+    "log_starts",
     "gpu_lifetimes",
     "idle_windows",
     "idle_trend",

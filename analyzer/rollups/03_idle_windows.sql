@@ -19,24 +19,6 @@ SELECT host, bi,
        CASE WHEN (bi + 1) * $bucket_s - epoch(ts) <= $activity_stale_s THEN running END AS running
 FROM f;
 
--- Per process and GPU, in bins of $proc_bin_s: what NVML and /proc said. The one
--- pass over gpu_processes: lifetimes and every per-process rule read this.
-CREATE OR REPLACE TABLE proc_bins AS
-SELECT host, gpu_index, pid,
-       CAST(floor(epoch(ts) / $proc_bin_s) AS BIGINT) AS pb,
-       min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS samples,
-       min(used_gpu_memory_bytes) AS used_min, avg(used_gpu_memory_bytes) AS used_avg,
-       max(used_gpu_memory_bytes) AS used_max, avg(vm_rss_bytes) AS rss_avg
-FROM gpu_processes
-GROUP BY ALL;
-
-CREATE OR REPLACE TABLE gpu_lifetimes AS
-SELECT host, gpu_index, pid, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
-       max(used_max) AS max_used
-FROM proc_bins
-WHERE gpu_index IS NOT NULL
-GROUP BY ALL;
-
 -- Idle windows: consecutive buckets with the GPU near idle and no running
 -- requests (the last activity reading, when fresh), lasting at least
 -- $min_idle_s. Their median memory is the idle baseline.
@@ -56,15 +38,25 @@ w AS (
     HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
 )
 SELECT w.*,
+       coalesce(l.pid, 0) AS segment, coalesce(l.lifetime_source, 'none') AS lifetime_source,
        (SELECT max(k.kv_usage) FROM kv_usage k
          WHERE k.host = w.host AND k.ts >= w.start AND k.ts < w."end") AS kv_idle,
        (SELECT arg_max(r.cum_requests, r.ts) FROM requests r
-         WHERE r.host = w.host AND r.ts <= w.start) AS cum_requests,
-       coalesce((
-           -- the process that was on the GPU longest during the window
-           SELECT arg_max(l.pid, epoch(least(l.last_ts, w."end")) - epoch(greatest(l.first_ts, w.start)))
-           FROM gpu_lifetimes l
-           WHERE l.host = w.host AND l.gpu_index = w.gpu_index
-             AND l.first_ts < w."end" AND l.last_ts > w.start
-       ), 0) AS segment
-FROM w;
+         WHERE r.host = w.host AND r.ts <= w.start) AS cum_requests
+FROM w
+LEFT JOIN (
+    -- the lifetime that was on the GPU longest during the window (0: none known)
+    SELECT w2.host, w2.gpu_index, w2.start,
+           arg_max(l.pid, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start))) AS pid,
+           arg_max(l.lifetime_source, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)))
+               AS lifetime_source,
+           arg_max(l.max_used, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)))
+               AS max_used
+    FROM w w2 JOIN gpu_lifetimes l
+      ON l.host = w2.host AND l.gpu_index = w2.gpu_index AND l.first_ts < w2."end" AND l.last_ts > w2.start
+    GROUP BY ALL
+) l USING (host, gpu_index, start)
+-- a window while an inferred server was still loading (memory far below its
+-- lifetime's peak: an exited or starting server) is no baseline of that lifetime
+WHERE coalesce(l.lifetime_source, 'process table') = 'process table'
+   OR w.low >= $loaded_fraction * l.max_used;

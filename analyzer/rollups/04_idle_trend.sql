@@ -24,6 +24,7 @@ slopes AS (
 agg AS (
     SELECT host, gpu_index, segment,
            max(n) AS n,
+           any_value(lifetime_source) AS lifetime_source,
            min(start) AS first_start,
            max("end") AS last_end,
            min(t) AS t0,

@@ -7,7 +7,7 @@ severity    = "warning"
 requires    = ["gpu_samples"]
 evidence    = ["segments", "idle_windows", "first_idle_mib", "last_idle_mib", "growth_mib",
                "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "mib_per_1k_requests", "up_fraction",
-               "total_mib", "confidence"]
+               "total_mib", "confidence", "lifetime_source"]
 description = """
 Compares the GPU's memory at successive idle windows (GPU near idle, no running
 requests, for at least 30 s), per server process lifetime. Memory that is still
@@ -50,7 +50,7 @@ WITH leaky AS (
 SELECT
     host,
     gpu_index AS gpu,
-    arg_max(segment, last_end) AS pid,
+    CASE WHEN arg_max(segment, last_end) > 0 THEN arg_max(segment, last_end) END AS pid,
     min(first_start) AS start,
     max(last_end) AS "end",
     count(*) AS segments,
@@ -64,6 +64,8 @@ SELECT
     round(sum(growth_bytes) / 1048576 / nullif(sum(requests) / 1000, 0), 2) AS mib_per_1k_requests,
     round(min(up_fraction), 2) AS up_fraction,
     round(max(total) / 1048576, 0) AS total_mib,
+    -- where the lifetimes came from: process table / server log / memory reset
+    arg_max(lifetime_source, last_end) AS lifetime_source,
     -- high: many windows, nearly every step up, and no slowing down in the late half
     CASE WHEN sum(n) >= $high_conf_windows AND min(up_fraction) >= 0.8
               AND min(late_growth_bytes / nullif(early_growth_bytes, 0)) >= 0.7 THEN 'high' ELSE 'medium' END

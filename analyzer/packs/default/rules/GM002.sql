@@ -5,7 +5,8 @@ title       = "GPU memory grew, then levelled off: allocator cache, not a leak"
 category    = "cache.growth"
 severity    = "info"
 requires    = ["gpu_samples"]
-evidence    = ["first_idle_mib", "last_idle_mib", "growth_mib", "early_growth_mib", "late_growth_mib", "idle_windows"]
+evidence    = ["first_idle_mib", "last_idle_mib", "growth_mib", "early_growth_mib", "late_growth_mib", "idle_windows",
+               "lifetime_source"]
 description = """
 Idle-window memory rose during the first part of a process lifetime and then
 stopped rising. PyTorch's caching allocator keeps freed blocks for reuse and
@@ -26,10 +27,11 @@ max_late_fraction = 0.35  # late-half growth below this share of early-half grow
 SELECT
     host,
     gpu_index AS gpu,
-    nullif(segment, 0) AS pid,
+    CASE WHEN segment > 0 THEN segment END AS pid,
     first_start AS start,
     last_end AS "end",
     n AS idle_windows,
+    lifetime_source,
     round(first_baseline / 1048576, 1) AS first_idle_mib,
     round(last_baseline / 1048576, 1) AS last_idle_mib,
     round(growth_bytes / 1048576, 1) AS growth_mib,

@@ -5,7 +5,7 @@ title       = "The leak is outside the KV cache"
 category    = "leak.gpu"
 severity    = "warning"
 requires    = ["gpu_samples"]
-evidence    = ["growth_mib", "first_idle_kv", "last_idle_kv", "kv_change", "idle_windows"]
+evidence    = ["growth_mib", "first_idle_kv", "last_idle_kv", "kv_change", "idle_windows", "lifetime_source"]
 description = """
 Device memory grows across idle windows (as in GM001) while the engine's
 KV-cache usage at those idle windows stays flat (change below $max_kv_change of
@@ -29,12 +29,13 @@ min_up_fraction = 0.6
 max_kv_change = 0.02
 probe_min_bins = 8        # allocator-probe bins that make AP001-AP003 the judges instead
 ---*/
-SELECT host, gpu_index AS gpu, arg_max(nullif(segment, 0), last_end) AS pid, min(first_start) AS start, max(last_end) AS "end",
+SELECT host, gpu_index AS gpu, arg_max(CASE WHEN segment > 0 THEN segment END, last_end) AS pid, min(first_start) AS start, max(last_end) AS "end",
        round(max(growth_bytes) / 1048576, 0) AS growth_mib,
        round(arg_max(first_kv_idle, growth_bytes), 4) AS first_idle_kv,
        round(arg_max(last_kv_idle, growth_bytes), 4) AS last_idle_kv,
        round(max(abs(last_kv_idle - first_kv_idle)), 4) AS kv_change,
        sum(n) AS idle_windows,
+       arg_max(lifetime_source, last_end) AS lifetime_source,
        format('GPU {} on {}: memory grew {:.0f} MiB across idle windows while KV-cache usage stayed at {:.1f} %: '
               'the leak is outside the KV cache.',
               gpu_index, host, max(growth_bytes) / 1048576, 100 * arg_max(last_kv_idle, growth_bytes)) AS summary

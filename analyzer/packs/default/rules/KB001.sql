@@ -4,13 +4,18 @@ name        = "known_bug.sglang_fast_image_processor"
 title       = "SGLang fast image processor leak (known bug)"
 category    = "known_bug.fast_image_processor"
 severity    = "warning"
-requires    = ["processes"]
-evidence    = ["engine_version", "model", "fast_image_processor", "flag_source", "growth_mib_per_h"]
+requires    = ["processes|log_lines"]
+evidence    = ["engine_version", "model", "fast_image_processor", "flag_source", "growth_mib_per_h",
+               "confidence", "settle_with"]
 description = """
 SGLang up to $max_affected_version serving a vision-language model with the fast
 image processor (the default) leaks GPU memory on image requests: temporary
 GPU buffers stay in the caching allocator and vision-token KV pages are not
 released. Critical when this host's GPU memory is also seen growing.
+The configuration comes from the process table or, without one, from the
+server log (ServerArgs dump, version line). With the version unknown, a vision
+model with the fast processor on whose memory grows is named as a suspect
+(low confidence) with the command that settles it.
 """
 remediation = """
 A. Restart with --disable-fast-image-processor: image preprocessing moves to the
@@ -32,17 +37,21 @@ max_affected_version = "0.4.9.post6"
 vision_model_regex = '(?i)(-vl\b|vl-|vision|llava|internvl|pixtral|minicpm-v|qwen[0-9.]*-?vl|idefics|molmo|gemma-3)'
 min_growth_mib_per_h = 16.0
 ---*/
-WITH srv AS (
-    SELECT * FROM server_info
-    WHERE engine = 'sglang'
-      AND engine_version IS NOT NULL
-      AND version_key(engine_version) <= version_key($max_affected_version)
-      AND regexp_matches(coalesce(model, ''), $vision_model_regex)
+WITH procs AS (
+    SELECT host, arg_max(pid, last_ts) AS pid, min(first_ts) AS start, max(last_ts) AS "end",
+           arg_max(engine, last_ts) AS engine,
+           arg_max(engine_version, last_ts) FILTER (WHERE engine_version IS NOT NULL) AS engine_version,
+           arg_max(model, last_ts) AS model,
+           NOT bool_or(disable_fast_image_processor) AS fast_from_cmdline
+    FROM server_info GROUP BY host
 ),
 logged AS (
     -- the ServerArgs dump states the flag even when the cmdline was not readable;
     -- image-processor messages are the weaker evidence
-    SELECT host,
+    SELECT host, min(ts) AS start, max(ts) AS "end",
+           arg_max(engine, ts) FILTER (WHERE event IN ('server_args', 'engine_version', 'batch_stats')) AS engine,
+           arg_max(version, ts) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,
+           arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,
            arg_max(NOT disable_fast_image_processor, ts)
                FILTER (WHERE event = 'server_args' AND disable_fast_image_processor IS NOT NULL) AS from_args,
            arg_max(enabled, ts) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg
@@ -54,28 +63,46 @@ growth AS (
     FROM idle_trend WHERE n >= 3 GROUP BY host
 ),
 hit AS (
-    SELECT s.host, arg_max(s.pid, s.last_ts) AS pid, min(s.first_ts) AS start, max(s.last_ts) AS "end",
-           arg_max(s.engine_version, s.last_ts) AS engine_version, arg_max(s.model, s.last_ts) AS model,
-           CASE WHEN any_value(l.from_args) IS NOT NULL THEN 'server log (ServerArgs)'
-                WHEN bool_or(s.disable_fast_image_processor IS NOT NULL) THEN 'command line'
-                WHEN any_value(l.from_msg) IS NOT NULL THEN 'server log (image processor message)' END AS flag_source,
-           coalesce(any_value(l.from_args), NOT bool_or(s.disable_fast_image_processor), any_value(l.from_msg))
-               AS fast_on,
-           coalesce(any_value(g.mib_per_h), 0) AS mib_per_h
-    FROM srv s
-    LEFT JOIN logged l USING (host)
-    LEFT JOIN growth g USING (host)
-    GROUP BY s.host
+    SELECT coalesce(p.host, l.host) AS host, p.pid,
+           coalesce(least(p.start, l.start), p.start, l.start) AS start,
+           coalesce(greatest(p."end", l."end"), p."end", l."end") AS "end",
+           coalesce(p.engine, l.engine) AS engine,
+           coalesce(p.engine_version, l.engine_version) AS engine_version,
+           coalesce(p.model, l.model) AS model,
+           CASE WHEN l.from_args IS NOT NULL THEN 'server log (ServerArgs)'
+                WHEN p.fast_from_cmdline IS NOT NULL THEN 'command line'
+                WHEN l.from_msg IS NOT NULL THEN 'server log (image processor message)' END AS flag_source,
+           coalesce(l.from_args, p.fast_from_cmdline, l.from_msg) AS fast_on,
+           coalesce(g.mib_per_h, 0) AS mib_per_h
+    FROM procs p
+    FULL OUTER JOIN logged l USING (host)
+    LEFT JOIN growth g ON g.host = coalesce(p.host, l.host)
+),
+judged AS (
+    SELECT *,
+           CASE WHEN engine_version IS NULL THEN 'low' ELSE 'high' END AS confidence
+    FROM hit
+    WHERE engine = 'sglang' AND fast_on
+      AND regexp_matches(coalesce(model, ''), $vision_model_regex)
+      AND ((engine_version IS NOT NULL AND version_key(engine_version) <= version_key($max_affected_version))
+           -- version unknown: a suspect only when the memory is seen growing
+           OR (engine_version IS NULL AND mib_per_h >= $min_growth_mib_per_h))
 )
 SELECT host, NULL AS gpu, pid, start, "end",
-       CASE WHEN mib_per_h >= $min_growth_mib_per_h THEN 'critical' ELSE 'warning' END AS severity,
+       CASE WHEN engine_version IS NULL THEN 'warning'
+            WHEN mib_per_h >= $min_growth_mib_per_h THEN 'critical' ELSE 'warning' END AS severity,
        engine_version, model, fast_on AS fast_image_processor, flag_source,
-       round(mib_per_h, 1) AS growth_mib_per_h,
-       format('{} runs SGLang {} with {} and the fast image processor on (known leak){}.',
-              host, engine_version, model,
-              CASE WHEN mib_per_h >= $min_growth_mib_per_h
-                   THEN format('; its GPU memory grows about {:.0f} MiB/h', mib_per_h)
-                   ELSE '; no growth seen yet' END) AS summary
-FROM hit
-WHERE fast_on
+       round(mib_per_h, 1) AS growth_mib_per_h, confidence,
+       CASE WHEN engine_version IS NULL THEN 'pip show sglang' END AS settle_with,
+       CASE WHEN engine_version IS NULL
+            THEN format('{} runs {} on SGLang of unknown version with the fast image processor on, and its GPU '
+                        'memory grows about {:.0f} MiB/h: suspect the known fast-image-processor leak '
+                        '(SGLang <= {}); `pip show sglang` on the host settles it.',
+                        host, model, mib_per_h, $max_affected_version)
+            ELSE format('{} runs SGLang {} with {} and the fast image processor on (known leak){}.',
+                        host, engine_version, model,
+                        CASE WHEN mib_per_h >= $min_growth_mib_per_h
+                             THEN format('; its GPU memory grows about {:.0f} MiB/h', mib_per_h)
+                             ELSE '; no growth seen yet' END) END AS summary
+FROM judged
 ORDER BY host

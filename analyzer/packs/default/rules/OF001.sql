@@ -5,7 +5,8 @@ title       = "GPU will run out of memory at the current leak rate"
 category    = "oom.forecast"
 severity    = "critical"
 requires    = ["gpu_samples"]
-evidence    = ["rate_mib_per_h", "headroom_mib", "recent_peak_mib", "total_mib", "hours_to_oom", "used_pct"]
+evidence    = ["rate_mib_per_h", "headroom_mib", "recent_peak_mib", "total_mib", "hours_to_oom", "used_pct",
+               "lifetime_source"]
 description = """
 Projects the idle-baseline leak rate (robust Theil-Sen slope, median over the
 process lifetimes that leak) onto the headroom left above the recent peak.
@@ -30,7 +31,8 @@ min_up_fraction = 0.6
 recent_minutes = 30
 ---*/
 WITH rate AS (
-    SELECT host, gpu_index, median(slope_bps) AS slope_bps, max(total) AS total
+    SELECT host, gpu_index, median(slope_bps) AS slope_bps, max(total) AS total,
+           arg_max(lifetime_source, last_end) AS lifetime_source
     FROM idle_trend
     WHERE n >= $min_windows
       AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
@@ -50,7 +52,7 @@ f AS (
            greatest(c.total - c.peak, 0) / 1048576 AS headroom_mib,
            c.peak / 1048576 AS recent_peak_mib, c.total / 1048576 AS total_mib,
            greatest(c.total - c.peak, 0) / (r.slope_bps * 3600) AS hours_to_oom,
-           100.0 * c.peak / c.total AS used_pct,
+           100.0 * c.peak / c.total AS used_pct, r.lifetime_source,
            (SELECT max(b_end) FROM gpu_buckets x WHERE x.host = r.host AND x.gpu_index = r.gpu_index) AS last_ts
     FROM rate r JOIN recent c USING (host, gpu_index)
     WHERE r.slope_bps * 3600 / 1048576 >= $min_rate_mib_per_h
@@ -59,7 +61,7 @@ SELECT host, gpu_index AS gpu, NULL AS pid, last_ts AS start, last_ts + to_secon
        CASE WHEN hours_to_oom <= $critical_hours THEN 'critical' ELSE 'warning' END AS severity,
        round(rate_mib_per_h, 1) AS rate_mib_per_h, round(headroom_mib, 0) AS headroom_mib,
        round(recent_peak_mib, 0) AS recent_peak_mib, round(total_mib, 0) AS total_mib,
-       round(hours_to_oom, 2) AS hours_to_oom, round(used_pct, 1) AS used_pct,
+       round(hours_to_oom, 2) AS hours_to_oom, round(used_pct, 1) AS used_pct, lifetime_source,
        format('GPU {} on {} will run out of memory in about {} at {:.0f} MiB/h ({:.0f} MiB left, {:.0f} % used).',
               gpu_index, host,
               CASE WHEN hours_to_oom < 1 THEN format('{:.0f} min', hours_to_oom * 60)

@@ -4,8 +4,9 @@ name        = "restart.masked_leak"
 title       = "Restarts hide a leak: growth, restart, growth again"
 category    = "restart.masked_leak"
 severity    = "warning"
-requires    = ["gpu_samples", "gpu_processes"]
-evidence    = ["leaking_gpu", "lifetimes", "leaking_lifetimes", "median_growth_mib", "median_lifetime_h", "oom_events"]
+requires    = ["gpu_samples"]
+evidence    = ["leaking_gpu", "lifetimes", "leaking_lifetimes", "median_growth_mib", "median_lifetime_h", "oom_events",
+               "lifetime_source"]
 description = """
 The GPU's memory climbs during each server process lifetime and drops at each
 restart (a sawtooth): at least $min_leaking_lifetimes lifetimes that each grew by
@@ -26,7 +27,7 @@ min_up_fraction = 0.6
 min_windows = 4
 ---*/
 WITH seg AS (
-    SELECT host, gpu_index, segment, n, growth_bytes, up_fraction,
+    SELECT host, gpu_index, segment, n, growth_bytes, up_fraction, lifetime_source,
            epoch(last_end) - epoch(first_start) AS life_s, first_start, last_end
     FROM idle_trend WHERE segment <> 0
 ),
@@ -36,7 +37,8 @@ per_gpu AS (
                             AND up_fraction >= $min_up_fraction) AS leaking,
            median(growth_bytes) FILTER (WHERE n >= $min_windows AND growth_bytes >= $min_growth_mib * 1048576.0
                                         AND up_fraction >= $min_up_fraction) AS med_growth,
-           median(life_s) AS med_life_s, min(first_start) AS start, max(last_end) AS "end"
+           median(life_s) AS med_life_s, min(first_start) AS start, max(last_end) AS "end",
+           arg_max(lifetime_source, last_end) AS lifetime_source
     FROM seg GROUP BY ALL
 ),
 ooms AS (SELECT host, count(*) AS oom_events FROM log_events WHERE event = 'oom' GROUP BY host),
@@ -49,7 +51,7 @@ best AS (
 SELECT host, NULL AS gpu, NULL AS pid, start, "end",
        gpu_index AS leaking_gpu, lifetimes, leaking AS leaking_lifetimes,
        round(med_growth / 1048576, 0) AS median_growth_mib, round(med_life_s / 3600, 2) AS median_lifetime_h,
-       oom_events,
+       oom_events, lifetime_source,
        format('On {} (GPU {}), {} of {} process lifetimes leaked about {:.0f} MiB each before a restart{}.',
               host, gpu_index, leaking, lifetimes, med_growth / 1048576,
               CASE WHEN oom_events > 0 THEN format(' ({} ended in an OOM)', oom_events) ELSE '' END) AS summary

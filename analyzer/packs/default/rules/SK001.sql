@@ -5,14 +5,16 @@ title       = "One tensor-parallel rank grows while the others stay flat"
 category    = "skew.rank"
 severity    = "warning"
 requires    = ["gpu_samples"]
-evidence    = ["rank_gpu", "growth_mib", "others_median_growth_mib", "gpus"]
+evidence    = ["rank_gpu", "growth_mib", "others_median_growth_mib", "gpus", "tp_size", "tp_source"]
 description = """
-On a host with several GPUs, one GPU's idle-window memory grew by at least
+On a host whose server is tensor-parallel (tp_size > 1 in the process table's
+command line or the ServerArgs dump of the server log), one GPU's idle-window memory grew by at least
 $min_growth_mib MiB while the median growth of the others stayed below
 $max_others_fraction of it. Tensor-parallel ranks hold mirrored state, so
 growth on one rank only points at work done on that rank alone: the
 multimodal encoder or image preprocessing on rank 0, or an extra process on
-that GPU.
+that GPU. GPUs of independent servers are not ranks: without a known tp_size
+above 1 the rule does not fire.
 """
 remediation = """
 Look at the processes on that GPU (an extra PID is a common cause: a
@@ -25,7 +27,15 @@ references  = ["https://github.com/sgl-project/sglang/issues/15871", "https://gi
 min_growth_mib = 512
 max_others_fraction = 0.2
 ---*/
-WITH per_gpu AS (
+WITH tp AS (
+    SELECT host, max(tp_size) AS tp_size, arg_max(src, tp_size) AS tp_source
+    FROM (SELECT host, tp_size, 'process table' AS src FROM server_info WHERE tp_size IS NOT NULL
+          UNION ALL
+          SELECT host, tp_size, 'server log (ServerArgs)' FROM log_events
+          WHERE event = 'server_args' AND tp_size IS NOT NULL)
+    GROUP BY host
+),
+per_gpu AS (
     SELECT host, gpu_index, max(growth_bytes) AS growth, min(first_start) AS start, max(last_end) AS "end"
     FROM idle_trend WHERE n >= 3 GROUP BY ALL
 ),
@@ -39,11 +49,11 @@ others AS (
 )
 SELECT t.host, NULL AS gpu, NULL AS pid, t.start, t."end",
        t.gpu_index AS rank_gpu, round(t.growth / 1048576, 0) AS growth_mib,
-       round(o.others_growth / 1048576, 0) AS others_median_growth_mib, t.gpus,
+       round(o.others_growth / 1048576, 0) AS others_median_growth_mib, t.gpus, tp.tp_size, tp.tp_source,
        format('On {}, GPU {} grew {:.0f} MiB across idle windows while the other {} GPUs grew {:.0f} MiB (median).',
               t.host, t.gpu_index, t.growth / 1048576, t.gpus - 1, o.others_growth / 1048576) AS summary
-FROM ranked t JOIN others o USING (host)
-WHERE t.r = 1 AND t.gpus >= 2
+FROM ranked t JOIN others o USING (host) JOIN tp USING (host)
+WHERE t.r = 1 AND t.gpus >= 2 AND tp.tp_size > 1
   AND t.growth >= $min_growth_mib * 1048576.0
   AND greatest(o.others_growth, 0) <= $max_others_fraction * t.growth
 ORDER BY t.host

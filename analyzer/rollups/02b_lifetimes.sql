@@ -1,0 +1,85 @@
+-- Per process and GPU, in bins of $proc_bin_s: what NVML and /proc said. The one
+-- pass over gpu_processes: lifetimes and every per-process rule read this.
+CREATE OR REPLACE TABLE proc_bins AS
+SELECT host, gpu_index, pid,
+       CAST(floor(epoch(ts) / $proc_bin_s) AS BIGINT) AS pb,
+       min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS samples,
+       min(used_gpu_memory_bytes) AS used_min, avg(used_gpu_memory_bytes) AS used_avg,
+       max(used_gpu_memory_bytes) AS used_max, avg(vm_rss_bytes) AS rss_avg
+FROM gpu_processes
+GROUP BY ALL;
+
+-- Where a server started, from its log: start-up and ready lines (SGLang's
+-- ServerArgs dump and "fired up"; vLLM's version / engine-config lines and
+-- "Application startup complete"; uvicorn's "Started server process") and the
+-- first line of every new "pid=N" prefix (vLLM's process tags).
+CREATE OR REPLACE TABLE log_starts AS
+SELECT host, ts FROM log_lines
+WHERE regexp_matches(text, 'ServerArgs\(|API server version|LLM engine \(v\d|Started server process|fired up and ready|Application startup complete|Uvicorn running on')
+UNION ALL
+SELECT host, min(ts) FROM (
+    SELECT host, ts, regexp_extract(text, '^\((?:APIServer|EngineCore\w*) pid=(\d+)\)', 1) AS pid
+    FROM log_lines
+) WHERE pid <> '' GROUP BY host, pid;
+
+-- Server lifetimes per GPU. From the process table where the host has one;
+-- else inferred: boundaries at start-up lines of the server log and at resets
+-- of device memory (a drop of at least $reset_min_drop_mib MiB and
+-- $reset_drop_fraction of the card within one bucket: the server exited, or
+-- came back at its post-load level), boundaries closer than $lifetime_merge_s
+-- merged. lifetime_source says which: process table / server log / memory reset.
+-- Inferred lifetimes get negative ids (they are not process ids).
+CREATE OR REPLACE TABLE gpu_lifetimes AS
+WITH proc AS (
+    SELECT host, gpu_index, pid, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+           max(used_max) AS max_used, 'process table' AS lifetime_source
+    FROM proc_bins
+    WHERE gpu_index IS NOT NULL
+    GROUP BY ALL
+),
+bare AS (  -- GPUs of hosts without a process table
+    SELECT host, gpu_index, first_ts, last_ts FROM gpu_info g
+    WHERE NOT EXISTS (SELECT 1 FROM proc p WHERE p.host = g.host)
+),
+resets AS (
+    SELECT host, gpu_index, b AS ts
+    FROM (SELECT host, gpu_index, b, used_min, total,
+                 lag(used_max) OVER (PARTITION BY host, gpu_index ORDER BY bi) AS prev_max
+          FROM gpu_buckets
+          WHERE host IN (SELECT host FROM bare))
+    WHERE prev_max - used_min >= greatest($reset_min_drop_mib * 1048576.0,
+                                          $reset_drop_fraction * coalesce(total, 0))
+),
+cand AS (
+    SELECT b.host, b.gpu_index, s.ts, 1 AS from_log FROM bare b JOIN log_starts s USING (host)
+    WHERE s.ts > b.first_ts AND s.ts <= b.last_ts
+    UNION ALL
+    SELECT host, gpu_index, ts, 0 FROM resets
+),
+grouped AS (
+    SELECT *, sum(CASE WHEN gap IS NULL OR gap > $lifetime_merge_s THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY host, gpu_index ORDER BY ts) AS k
+    FROM (SELECT *, epoch(ts) - epoch(lag(ts) OVER (PARTITION BY host, gpu_index ORDER BY ts)) AS gap
+          FROM cand)
+),
+bounds AS (
+    SELECT host, gpu_index, k, min(ts) AS first_ts, max(from_log) AS from_log
+    FROM grouped GROUP BY ALL
+    UNION ALL  -- the lifetime already running when the data starts
+    SELECT host, gpu_index, 0, first_ts,
+           CASE WHEN EXISTS (SELECT 1 FROM log_starts s WHERE s.host = bare.host) THEN 1 ELSE 0 END
+    FROM bare
+),
+spans AS (
+    SELECT b.host, b.gpu_index, -(b.k + 1) AS pid, b.first_ts,
+           coalesce(lead(b.first_ts) OVER (PARTITION BY b.host, b.gpu_index ORDER BY b.k), g.last_ts) AS last_ts,
+           CASE WHEN b.from_log = 1 THEN 'server log' ELSE 'memory reset' END AS lifetime_source
+    FROM bounds b JOIN bare g USING (host, gpu_index)
+)
+SELECT host, gpu_index, pid, first_ts, last_ts, max_used, lifetime_source FROM proc
+UNION ALL
+SELECT s.host, s.gpu_index, s.pid, s.first_ts, s.last_ts,
+       (SELECT max(x.used_max) FROM gpu_buckets x
+         WHERE x.host = s.host AND x.gpu_index = s.gpu_index AND x.b >= s.first_ts AND x.b < s.last_ts),
+       s.lifetime_source
+FROM spans s;
