@@ -45,6 +45,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "kv_idle": -1.0,  # KV usage at idle (sglang:token_usage); < 0 = no KV metric
     "kv_idle_rise_per_cycle": 0.0,
     "requests_per_cycle": 0,  # sglang:num_requests_total counter
+    "requests_rise_per_cycle": 0,  # requests_per_cycle grows by this each cycle
     "rss_mib": 0.0,  # process_resident_memory_bytes
     "rss_growth_mib_per_cycle": 0.0,
     "latency_s": 0.0,  # sglang:e2e_request_latency_seconds histogram (needs requests_per_cycle)
@@ -134,11 +135,8 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                         "utilization_gpu_pct": 85.0 if busy else float(p["idle_util_pct"]),
                     }
                 )
-                done = (
-                    float(p["requests_per_cycle"]) * step / max(int(p["busy_s"]), 1)
-                    if busy
-                    else 0.0
-                )
+                per_cycle = float(p["requests_per_cycle"]) + c * float(p["requests_rise_per_cycle"])
+                done = per_cycle * step / max(int(p["busy_s"]), 1) if busy else 0.0
                 requests += done
                 latency_sum += done * (
                     float(p["latency_s"]) + c * float(p["latency_growth_per_cycle"])
