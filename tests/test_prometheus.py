@@ -1,0 +1,282 @@
+"""`leakcollect import prometheus` against a real Prometheus server.
+
+A simulated fleet is written natively (the collector's tables), turned into the
+OpenMetrics text dcgm-exporter and the engines would have exposed, backfilled with
+``promtool tsdb create-blocks-from openmetrics`` and served by ``prometheus`` on
+127.0.0.1. The import must give the analyzer the same verdicts as the native
+tables Prometheus holds (device and engine series), per GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import promfleet  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not promfleet.have_prometheus(),
+    reason="prometheus and promtool are not installed (Debian package `prometheus`)",
+)
+
+HOURS = 8
+START = "2026-11-23T00:00:00Z"
+END = "2026-11-23T07:59:50Z"  # the native trace's last sample
+K8S = {"cache-warmup-00", "cache-restarted-00"}
+
+
+def _scenarios() -> list[Any]:
+    from simulator.scenarios import SCENARIOS
+
+    return [
+        SCENARIOS["healthy-static"],
+        SCENARIOS["cache-warmup"],
+        SCENARIOS["latency-pressure"],  # leaks, no restart within the window
+        # the pod restarts mid-span: a new pod name from then on
+        dataclasses.replace(
+            SCENARIOS["cache-warmup"], name="cache-restarted", restart_every_s=HOURS * 1800
+        ),
+        SCENARIOS["host-rss-leak"],  # process_resident_memory_bytes of the server
+    ]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from simulator.generate import DEFAULT_START, HostPlan, generate_host
+
+    root = tmp_path_factory.mktemp("prom")
+    native = root / "native"
+    for k, s in enumerate(_scenarios()):
+        generate_host(
+            HostPlan(f"{s.name}-00", s, 7100 + k, 4000 + 100 * k), HOURS, DEFAULT_START, native
+        )
+    # what Prometheus holds: the device and engine series (and the runs that wrote them)
+    ref = root / "ref"
+    for t in ("gpu_samples", "metric_samples", "collector_runs"):
+        shutil.copytree(native / t, ref / t)
+    om = root / "fleet.om"
+    with open(om, "w", encoding="utf-8") as f:
+        promfleet.openmetrics(native, f, K8S)
+    tsdb = root / "tsdb"
+    promfleet.backfill(om, tsdb)
+    spare = root / "tsdb-limited"
+    shutil.copytree(tsdb, spare)
+    with promfleet.PromServer(tsdb, root) as server:
+        yield {"root": root, "native": native, "ref": ref, "url": server.url, "spare": spare}
+
+
+def _import(
+    url: str, bucket: Path, *extra: str, start: str = START, end: str = END
+) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "collector.promcli", "--url", url, "--start", start]
+    args += ["--end", end, "--step", "10s", "--bucket", str(bucket), "--retries", "1", *extra]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def _analyze(bucket: Path) -> dict[str, Any]:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leakreport",
+            "analyze",
+            str(bucket),
+            "--format",
+            "json",
+            "--fail-on",
+            "never",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    return dict(json.loads(r.stdout))
+
+
+def _verdicts(doc: dict[str, Any]) -> dict[tuple[str, int | None], set[str]]:
+    out: dict[tuple[str, int | None], set[str]] = {}
+    for f in doc["findings"]:
+        out.setdefault((f["host"], f["gpu"]), set()).add(f"{f['rule_id']}:{f['category']}")
+    return out
+
+
+def _rows(bucket: Path, table: str) -> list[dict[str, Any]]:
+    return ds.dataset(bucket / table, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+@pytest.fixture(scope="module")
+def imported(fleet: dict[str, Any]) -> dict[str, Any]:
+    bucket = fleet["root"] / "imported"
+    r = _import(fleet["url"], bucket)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {"bucket": bucket, "stderr": r.stderr}
+
+
+def test_import_gives_the_native_verdicts_per_gpu(
+    fleet: dict[str, Any], imported: dict[str, Any]
+) -> None:
+    ref, got = _analyze(fleet["ref"]), _analyze(imported["bucket"])
+    assert _verdicts(got) == _verdicts(ref)
+    # the same rules ran, and those that need what Prometheus lacks say so
+    status = {r["rule_id"]: (r["status"], r["reason"]) for r in got["run"]["rules"]}
+    assert status == {r["rule_id"]: (r["status"], r["reason"]) for r in ref["run"]["rules"]}
+    assert status["KB001"][0] == "skipped" and "processes" in status["KB001"][1]
+    v = _verdicts(got)
+    cats = {k: {x.split(":")[1] for x in s} for k, s in v.items()}
+    assert "leak.gpu" in cats[("latency-pressure-00", 0)]
+    assert "cache.growth" in cats[("cache-warmup-00", 0)]
+    assert "leak.gpu" not in cats.get(("cache-warmup-00", 0), set())
+    assert "leak.gpu" not in cats.get(("cache-restarted-00", 0), set())
+    assert not any(h == "healthy-static-00" for h, _ in v)
+    assert "leak.host_rss" in cats[("host-rss-leak-00", None)]
+
+
+def test_device_rows_match_the_native_samples(
+    fleet: dict[str, Any], imported: dict[str, Any]
+) -> None:
+    want = {(r["host"], r["gpu_index"], r["ts"]): r for r in _rows(fleet["ref"], "gpu_samples")}
+    got = {
+        (r["host"], r["gpu_index"], r["ts"]): r for r in _rows(imported["bucket"], "gpu_samples")
+    }
+    assert got.keys() == want.keys()
+    for k, w in want.items():
+        g = got[k]
+        assert abs(g["memory_used_bytes"] - w["memory_used_bytes"]) <= 1
+        assert abs(g["memory_total_bytes"] - w["memory_total_bytes"]) <= 2
+        assert g["gpu_uuid"] == w["gpu_uuid"] and g["gpu_name"] == w["gpu_name"]
+        assert g["utilization_gpu_pct"] == pytest.approx(w["utilization_gpu_pct"], abs=1e-3)
+
+
+def test_engine_series_keep_names_labels_and_find_their_host(
+    fleet: dict[str, Any], imported: dict[str, Any]
+) -> None:
+    rows = _rows(imported["bucket"], "metric_samples")
+    want = {(r["host"], r["name"], r["ts"]) for r in _rows(fleet["ref"], "metric_samples")}
+    got = {(r["host"], r["name"], r["ts"]) for r in rows}
+    assert want <= got  # every scraped sample (steps between scrapes repeat the last value)
+    assert {r["name"] for r in rows} == {n for _, n, _ in want}
+    # Prometheus' own process series stay out; the servers' stay in
+    assert not [r for r in rows if dict(r["labels"]).get("job") == "prometheus"]
+    assert [
+        r
+        for r in rows
+        if r["name"] == "process_resident_memory_bytes" and r["host"] == "host-rss-leak-00"
+    ]
+    # Kubernetes: the engine's instance is a pod IP; the host comes from the GPU's pod,
+    # and the restarted server's series name both pods
+    pods = {dict(r["labels"]).get("pod") for r in rows if r["host"] == "cache-restarted-00"}
+    assert len(pods) == 2 and all(p and p.startswith("cache-restarted-00-") for p in pods)
+    assert all(
+        dict(r["labels"])["instance"].startswith("10.1.0.") for r in rows if r["host"] in K8S
+    )
+
+
+def test_host_filter_and_match(fleet: dict[str, Any]) -> None:
+    bucket = fleet["root"] / "one-host"
+    r = _import(
+        fleet["url"], bucket, "--host", "cache-restarted-00", "--match", '{namespace="llm"}'
+    )
+    assert r.returncode == 0, r.stderr
+    hosts = {p.name for p in (bucket / "gpu_samples").glob("date=*/host=*")}
+    assert hosts == {"host=cache-restarted-00"}
+    assert (bucket / "metric_samples").exists()
+
+
+def test_unreachable_server(tmp_path: Path) -> None:
+    r = _import(f"http://127.0.0.1:{promfleet.free_port()}", tmp_path / "b")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect" in lines[0] and "--url" in lines[0]
+    assert not (tmp_path / "b").exists()
+
+
+def test_empty_result(fleet: dict[str, Any], tmp_path: Path) -> None:
+    r = _import(fleet["url"], tmp_path / "b", start="2026-06-01", end="2026-06-02")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "no series" in r.stderr
+    r = _import(fleet["url"], tmp_path / "b", "--host", "no-such-host")
+    assert r.returncode == 2 and "no-such-host" in r.stderr
+
+
+class _AuthProxy(http.server.BaseHTTPRequestHandler):
+    upstream = ""
+    token = "Bearer s3cret"
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.headers.get("Authorization") != self.token:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Bearer realm="prometheus"')
+            self.end_headers()
+            self.wfile.write(b"Unauthorized\n")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        req = urllib.request.Request(self.upstream + self.path, data=body, method="POST")
+        req.add_header("Content-Type", self.headers.get("Content-Type", ""))
+        with urllib.request.urlopen(req, timeout=60) as up:
+            data = up.read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_a: object) -> None:
+        pass
+
+
+def test_auth_required(fleet: dict[str, Any], tmp_path: Path) -> None:
+    handler = type("H", (_AuthProxy,), {"upstream": fleet["url"]})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        r = _import(url, tmp_path / "no", start=START, end="2026-11-23T01:00:00Z")
+        assert r.returncode == 2
+        assert r.stderr.strip().count("\n") == 0 and "401" in r.stderr and "--header" in r.stderr
+        r = _import(
+            url,
+            tmp_path / "yes",
+            "--header",
+            "Authorization: Bearer s3cret",
+            end="2026-11-23T01:00:00Z",
+        )
+        assert r.returncode == 0, r.stderr
+        assert list((tmp_path / "yes" / "gpu_samples").glob("*/*/*.parquet"))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_sample_limit(fleet: dict[str, Any], tmp_path: Path) -> None:
+    one_hour = "2026-11-23T01:00:00Z"
+    full = tmp_path / "full"
+    assert _import(fleet["url"], full, end=one_hour).returncode == 0
+    n_full = len(_rows(full, "gpu_samples"))
+    with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=4000) as small:
+        # chunks are split until they fit: everything arrives
+        split = tmp_path / "split"
+        r = _import(small.url, split, end=one_hour)
+        assert r.returncode == 0, r.stderr
+        assert len(_rows(split, "gpu_samples")) == n_full
+    with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=60) as tiny:
+        r = _import(tiny.url, tmp_path / "none", "--points", "1000", end=one_hour)
+        assert r.returncode in (1, 2), r.stderr
+        assert "sample limit" in r.stderr and "--query.max-samples" in r.stderr
