@@ -11,8 +11,8 @@ import datetime as dt
 import statistics
 from dataclasses import dataclass, field
 
-from analyzer.categories import LEAK_CATEGORIES
-from analyzer.findings import FindingsDocument, HostInfo
+from analyzer.categories import LEAK_CATEGORIES, severity_rank
+from analyzer.findings import Finding, FindingsDocument, HostInfo
 
 
 def week_range(week: str) -> tuple[dt.date, dt.date]:
@@ -34,11 +34,14 @@ def previous_week(week: str) -> str:
 @dataclass
 class GpuRank:
     host: str
-    gpu: int
+    gpu: int | None
     cohort: str
     leak_mib_per_h: float | None
     hours_to_oom: float | None
     categories: list[str]
+    verdict: str = ""
+    severity: str = "info"
+    oom_at: str | None = None
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Cohort:
     median_rate: float | None
     max_rate: float | None
     previous_share: float | None = None  # the same cohort's share affected last week
+    min_rate: float | None = None
 
 
 @dataclass
@@ -79,6 +83,15 @@ class FleetView:
     changes: list[Change] = field(default_factory=list)
     previous_week: str | None = None
     previous_hosts: int = 0
+    data_end: str | None = None
+
+    @property
+    def soonest(self) -> list[GpuRank]:
+        """GPUs with a time to OOM, soonest first."""
+        return sorted(
+            (r for r in self.ranking if r.hours_to_oom is not None),
+            key=lambda r: (r.hours_to_oom or 0.0, r.host, -1 if r.gpu is None else r.gpu),
+        )
 
 
 def cohort_of(h: HostInfo) -> tuple[str, str, str, str, str]:
@@ -120,43 +133,44 @@ def compare(prev: FindingsDocument | None, cur: FindingsDocument) -> list[Change
 def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None) -> FleetView:
     start, end = week_range(week)
     cohorts = {h.host: cohort_of(h) for h in cur.hosts}
-    rate: dict[tuple[str, int], float] = {}
-    ttl: dict[tuple[str, int], float] = {}
-    cats: dict[tuple[str, int], set[str]] = {}
-    host_leaks: dict[str, set[str]] = {}
-    for f in cur.findings:
-        if f.category in LEAK_CATEGORIES:
-            host_leaks.setdefault(f.host, set()).add(f.category)
-        if f.gpu is None:
-            continue
-        key = (f.host, f.gpu)
-        cats.setdefault(key, set()).add(f.category)
-        v = f.evidence.get("rate_mib_per_h")
-        if f.rule_id == "GM001" and isinstance(v, (int, float)):
-            rate[key] = max(rate.get(key, 0.0), float(v))
-        h = f.evidence.get("hours_to_oom")
-        if f.category == "oom.forecast" and isinstance(h, (int, float)):
-            ttl[key] = min(ttl.get(key, float("inf")), float(h))
+    verdicts = gpu_verdicts(cur)
+    host_leaks = {f.host for f in cur.findings if f.category in LEAK_CATEGORIES}
+    rate = {  # GPU memory leak rates (a host RAM rate is no GPU's)
+        (v.host, v.gpu): v.rate_mib_per_h
+        for v in verdicts
+        if v.rate_mib_per_h is not None and v.rate_rule != "HR001"
+    }
     ranking = [
         GpuRank(
-            s.host,
-            s.gpu,
-            " / ".join(cohorts.get(s.host, ("?",) * 5)),
-            rate.get((s.host, s.gpu)),
-            ttl.get((s.host, s.gpu)),
-            sorted(cats.get((s.host, s.gpu), set())),
+            v.host,
+            v.gpu,
+            " / ".join(cohorts.get(v.host, ("?",) * 5)),
+            v.rate_mib_per_h,
+            v.hours_to_oom,
+            v.categories,
+            verdict=v.verdict,
+            severity=v.severity,
+            oom_at=v.oom_at,
         )
-        for s in cur.series
+        for v in verdicts
+        if v.is_leak
     ]
     ranking.sort(
-        key=lambda r: (-(r.leak_mib_per_h or 0.0), r.hours_to_oom or float("inf"), r.host, r.gpu)
+        key=lambda r: (
+            -severity_rank(r.severity),
+            -(r.leak_mib_per_h or 0.0),
+            r.hours_to_oom if r.hours_to_oom is not None else float("inf"),
+            r.host,
+            -1 if r.gpu is None else r.gpu,
+        )
     )
     groups: dict[tuple[str, str, str, str, str], list[str]] = {}
     for host, ckey in cohorts.items():
         groups.setdefault(ckey, []).append(host)
     out: list[Cohort] = []
     for ckey, hosts in groups.items():
-        rates = sorted(v for (h, _g), v in rate.items() if h in hosts)
+        members = set(hosts)
+        rates = sorted(v for (h, _g), v in rate.items() if h in members)
         affected = sum(1 for h in hosts if h in host_leaks)
         engine, version, flags, model, gpu_type = ckey
         out.append(
@@ -173,6 +187,7 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
                 rates=[round(r, 1) for r in rates],
                 median_rate=round(statistics.median(rates), 1) if rates else None,
                 max_rate=round(max(rates), 1) if rates else None,
+                min_rate=round(min(rates), 1) if rates else None,
             )
         )
     if prev is not None:
@@ -187,9 +202,146 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
         hosts=len(cur.hosts),
         gpus=len(cur.series),
         affected_hosts=len(host_leaks),
+        data_end=cur.run.data_end,
         ranking=ranking,
         cohorts=out,
         changes=compare(prev, cur),
         previous_week=previous_week(week) if prev is not None else None,
         previous_hosts=len(prev.hosts) if prev is not None else 0,
+    )
+
+
+# --- one verdict per GPU: the single source of the leak rate and time to OOM -------------
+
+# (category, short verdict), most decisive first: a GPU's verdict is its first match.
+VERDICTS: tuple[tuple[str, str], ...] = (
+    ("known_bug.fast_image_processor", "known bug"),
+    ("leak.gpu", "leak"),
+    ("leak.kv_pool", "KV-pool leak"),
+    ("leak.outside_allocator", "leak outside the allocator"),
+    ("leak.cuda_context", "CUDA-context leak"),
+    ("restart.masked_leak", "leak hidden by restarts"),
+    ("leak.host_rss", "host RAM leak"),
+    ("skew.rank", "one rank grows"),
+    ("oom.event", "out of memory"),
+    ("cache.growth", "cache (not a leak)"),
+    ("oom.forecast", "OOM forecast"),
+    ("memory.threshold", "near full"),
+    ("latency.pressure", "latency rises"),
+)
+# Where a GPU's one leak rate comes from, first found wins. NVML-based rates first: NVML
+# memory is what runs out, and OF001 projects the OOM from the same number.
+RATE_SOURCES: tuple[tuple[str, str], ...] = (
+    ("GM001", "rate_mib_per_h"),
+    ("OF001", "rate_mib_per_h"),
+    ("MT001", "rate_mib_per_h"),
+    ("AP001", "rate_mib_per_h"),
+    ("OE001", "rate_mib_per_h_before"),
+    ("KB001", "growth_mib_per_h"),
+    ("HR001", "rate_mib_per_h"),  # host RAM: the report says so beside the number
+)
+# Categories whose GPU gets a leak rate at all (a cache GPU's growth is not a leak rate).
+RATED = LEAK_CATEGORIES | {"restart.masked_leak", "oom.forecast", "oom.event", "skew.rank"}
+
+
+@dataclass
+class GpuVerdict:
+    host: str
+    gpu: int | None  # None: a host finding on a host without GPU samples
+    verdict: str
+    severity: str
+    categories: list[str]
+    rate_mib_per_h: float | None
+    rate_rule: str | None
+    hours_to_oom: float | None
+    oom_at: str | None  # UTC, ISO-8601: the end of the data plus hours_to_oom
+    oom_rule: str | None  # "OF001" (the forecast) or the rule whose figures gave the estimate
+    confidence: str | None
+    findings: list[int]  # indexes into the document's findings
+
+    @property
+    def is_leak(self) -> bool:
+        return any(c in RATED for c in self.categories)
+
+
+def _owner_gpu(f: Finding, gpus: list[int]) -> list[int | None]:
+    """The GPUs a finding belongs to: its own, the one its evidence names, a host's only GPU,
+    or every GPU of the host (a KV pool or host RSS leak of a tensor-parallel server)."""
+    if f.gpu is not None:
+        return [f.gpu]
+    for key in ("leaking_gpu", "rank_gpu"):
+        g = f.evidence.get(key)
+        if isinstance(g, int) and not isinstance(g, bool):
+            return [g]
+    return list(gpus) if gpus else [None]
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _oom_clock(end: str | None, hours: float | None) -> str | None:
+    if end is None or hours is None:
+        return None
+    t = dt.datetime.fromisoformat(end.replace("Z", "+00:00")) + dt.timedelta(hours=hours)
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _verdict(host: str, gpu: int | None, idx: list[int], doc: FindingsDocument) -> GpuVerdict:
+    fs = [doc.findings[i] for i in idx]
+    cats = sorted({f.category for f in fs})
+    label = next((v for c, v in VERDICTS if c in cats), "findings")
+    severity = max((f.severity for f in fs), key=severity_rank)
+    by_rule = {f.rule_id: f for f in fs}
+    rate = rate_rule = None
+    if any(c in RATED for c in cats):
+        for rule, key in RATE_SOURCES:
+            v = _num(by_rule[rule].evidence.get(key)) if rule in by_rule else None
+            if v is not None:
+                rate, rate_rule = round(v, 1), rule
+                break
+    hours = oom_rule = None
+    if "OF001" in by_rule and _num(by_rule["OF001"].evidence.get("hours_to_oom")) is not None:
+        hours, oom_rule = _num(by_rule["OF001"].evidence["hours_to_oom"]), "OF001"
+    elif rate and rate > 0:
+        # beyond the forecast rule's window: the same arithmetic on the rules' own figures
+        for rule, used in (("MT001", "recent_peak_mib"), ("GM001", "last_idle_mib")):
+            ev = by_rule[rule].evidence if rule in by_rule else {}
+            total, now = _num(ev.get("total_mib")), _num(ev.get(used))
+            if total is not None and now is not None:
+                hours, oom_rule = round(max(total - now, 0.0) / rate, 2), rule
+                break
+    conf = next((str(f.evidence["confidence"]) for f in fs if f.evidence.get("confidence")), None)
+    if conf is None and "known_bug.fast_image_processor" in cats:
+        conf = "high (known bug signature)"
+    elif conf is None and "KV001" in by_rule and (_num(by_rule["KV001"].evidence.get("leak_checks")) or 0) > 0:
+        conf = "high (the engine's own leak check)"
+    return GpuVerdict(
+        host, gpu, label, severity, cats, rate, rate_rule, hours,
+        _oom_clock(doc.run.data_end, hours), oom_rule, conf, idx,
+    )  # fmt: skip
+
+
+def gpu_verdicts(doc: FindingsDocument) -> list[GpuVerdict]:
+    """One verdict per GPU with findings, soonest OOM first (then severity, rate): the one
+    place the host report and the fleet page take a GPU's rate and time to OOM from."""
+    gpus: dict[str, list[int]] = {}
+    for s in doc.series:
+        gpus.setdefault(s.host, []).append(s.gpu)
+    owned: dict[tuple[str, int | None], list[int]] = {}
+    for i, f in enumerate(doc.findings):
+        for g in _owner_gpu(f, sorted(gpus.get(f.host, []))):
+            owned.setdefault((f.host, g), []).append(i)
+    out = [_verdict(h, g, idx, doc) for (h, g), idx in owned.items()]
+    out.sort(key=verdict_order)
+    return out
+
+
+def verdict_order(v: GpuVerdict) -> tuple[float, int, float, str, int]:
+    return (
+        v.hours_to_oom if v.hours_to_oom is not None else float("inf"),
+        -severity_rank(v.severity) - (10 if v.is_leak else 0),
+        -(v.rate_mib_per_h or 0.0),
+        v.host,
+        -1 if v.gpu is None else v.gpu,
     )

@@ -1,8 +1,7 @@
-"""Chart geometry for inline SVG: everything computed here, templates only print.
+"""The static SVG of a ChartSpec: geometry computed here, the template only prints.
 
-One chart per GPU: device memory over time (peak line over a min-max band),
-idle windows shaded, fitted idle-baseline trend, 75 % / 90 % thresholds, and
-log events (OOM, restart, leak check, known-bug signals) as markers.
+This is what a reader sees with JavaScript off (and what the interactive chart replaces):
+the same y-band, idle windows, trend, OOM projection, markers and lanes.
 """
 
 from __future__ import annotations
@@ -11,34 +10,27 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from analyzer.findings import AllocSeries, Event, GpuSeries, KvSeries
+from reports.chartdata import LANES, ChartSpec
 
-GIB = 2**30
-W, H = 860, 250
-ML, MR, MT, MB = 58, 16, 14, 34  # margins
-PW, PH = W - ML - MR, H - MT - MB
+W = 860
+ML, MR, MB = 58, 50, 30
+LANE_H = 13
+MT = LANES * LANE_H + 8
+PH = 220
+PW = W - ML - MR
+MAX_SVG_POINTS = 240
 
 _TIME_STEPS = [60 * m for m in (5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)]
-EVENT_STYLE = {
-    "oom": ("OOM", "ev-oom"),
-    "restart": ("restart", "ev-restart"),
-    "kv_leak_check": ("KV leak check", "ev-kv"),
-    "image_processor": ("fast image processor", "ev-bug"),
-    "server_args": ("server start (ServerArgs)", "ev-start"),
-    "engine_version": ("engine version", "ev-start"),
-}
 
 
 @dataclass
-class Tick:
-    pos: str
-    label: str
-
-
-@dataclass
-class Rect:
+class Text:
     x: str
-    w: str
+    y: str
+    text: str
+    css: str = "tick"
+    anchor: str = "middle"
+    title: str = ""
 
 
 @dataclass
@@ -48,55 +40,52 @@ class Line:
     x2: str
     y2: str
     css: str
+    color: str = ""
     title: str = ""
 
 
 @dataclass
-class LegendItem:
-    label: str
-    css: str
+class Poly:
+    points: str
+    color: str
+    width: float
+    dash: bool = False
 
 
 @dataclass
-class Polyline:
-    points: str
+class Rect:
+    x: str
+    y: str
+    w: str
+    h: str
     css: str
 
 
 @dataclass
 class Chart:
+    id: str
     title: str
+    note: str
+    data: str  # JSON for the interactive chart
     width: int = W
-    height: int = H
+    height: int = MT + PH + MB
     plot_x: int = ML
     plot_y: int = MT
     plot_w: int = PW
     plot_h: int = PH
-    x_ticks: list[Tick] = field(default_factory=list)
-    y_ticks: list[Tick] = field(default_factory=list)
-    y_label: str = "GiB used"
-    line: str = ""  # polyline points
-    band: str = ""  # polygon points
-    idle: list[Rect] = field(default_factory=list)
-    trend: list[Line] = field(default_factory=list)
-    thresholds: list[Line] = field(default_factory=list)
-    threshold_labels: list[Tick] = field(default_factory=list)
-    markers: list[Line] = field(default_factory=list)
-    legend: list[LegendItem] = field(default_factory=list)
-    empty: bool = False
-    lines: list[Polyline] = field(default_factory=list)  # more series (allocator chart)
-    kv_y: int = 0  # second panel: the host's KV-cache usage, on the same time axis
-    kv_h: int = 0
-    kv_line: str = ""
-    kv_ticks: list[Tick] = field(default_factory=list)
+    rects: list[Rect] = field(default_factory=list)
+    band: str = ""
+    band_color: str = ""
+    polys: list[Poly] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list)
+    texts: list[Text] = field(default_factory=list)
+    legend: list[tuple[str, str]] = field(default_factory=list)  # (label, color)
+    y_min_gib: float = 0.0  # the y-band, for tests and readers
+    y_max_gib: float = 0.0
 
 
 def _f(v: float) -> str:
     return f"{v:.1f}"
-
-
-def _iso_epoch(ts: str) -> float:
-    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def _nice(step: float) -> float:
@@ -107,160 +96,121 @@ def _nice(step: float) -> float:
     return step
 
 
-def _axes(
-    c: Chart,
-    t0: float,
-    t1: float,
-    ymax: float,
-    x: Callable[[float], float],
-    y: Callable[[float], float],
-    ymin: float = 0.0,
-) -> None:
-    step = next((st for st in _TIME_STEPS if (t1 - t0) / st <= 8), _TIME_STEPS[-1])
-    first = (int(t0) // step + 1) * step
-    for k, tt in enumerate(range(first, int(t1) + 1, step)):
+def _thin(t: list[float], v: list[float | None], keep_max: bool) -> tuple[list[float], list[float | None]]:
+    """At most MAX_SVG_POINTS points, each the peak (or trough) of its chunk."""
+    step = max(1, -(-len(t) // MAX_SVG_POINTS))
+    if step == 1:
+        return t, v
+    ot: list[float] = []
+    ov: list[float | None] = []
+    for i in range(0, len(t), step):
+        chunk = [x for x in v[i : i + step] if x is not None]
+        ot.append(t[i])
+        ov.append((max(chunk) if keep_max else min(chunk)) if chunk else None)
+    return ot, ov
+
+
+def _segments(t: list[float], v: list[float | None], x: Callable[[float], float],
+              y: Callable[[float], float]) -> list[str]:  # fmt: skip
+    out: list[str] = []
+    cur: list[str] = []
+    for tt, vv in zip(t, v, strict=True):
+        if vv is None:
+            if cur:
+                out.append(" ".join(cur))
+            cur = []
+            continue
+        cur.append(f"{_f(x(tt))},{_f(y(vv))}")
+    if cur:
+        out.append(" ".join(cur))
+    return out
+
+
+def _time_ticks(c: Chart, x0: float, x1: float, x: Callable[[float], float]) -> None:
+    step = next((st for st in _TIME_STEPS if (x1 - x0) / st <= 8), _TIME_STEPS[-1])
+    first = (int(x0) // step + 1) * step
+    for k, tt in enumerate(range(first, int(x1) + 1, step)):
         d = dt.datetime.fromtimestamp(tt, dt.UTC)
-        label = (
-            d.strftime("%m-%d %H:%M")
-            if k == 0 or (d.hour == 0 and d.minute == 0)
-            else d.strftime("%H:%M")
-        )
-        c.x_ticks.append(Tick(_f(x(tt)), label))
-    ystep = _nice((ymax - ymin) / GIB / 5)
-    v = ymin / GIB
-    while v * GIB <= ymax:
-        c.y_ticks.append(Tick(_f(y(v * GIB)), f"{v:g}"))
-        v += ystep
+        fmt = "%m-%d %H:%M" if k == 0 or (d.hour == 0 and d.minute == 0) else "%H:%M"
+        xx = x(tt)
+        base = c.plot_y + c.plot_h
+        c.lines.append(Line(_f(xx), _f(base), _f(xx), _f(base + 4), "tickmark"))
+        c.texts.append(Text(_f(xx), _f(base + 16), d.strftime(fmt)))
 
 
-def build_chart(
-    s: GpuSeries, events: list[Event], *, small: bool = False, kv: KvSeries | None = None
-) -> Chart:
-    name = f" ({s.gpu_name})" if s.gpu_name else ""
-    c = Chart(title=f"{s.host} — GPU {s.gpu}{name}")
-    if small:
-        c.height, c.plot_h = 170, 170 - MT - MB
-    if not s.t:
-        c.empty = True
-        return c
-    t0, t1 = s.t[0], max(s.t[-1], s.t[0] + 60)
-    total = s.total_bytes or max(s.used_max) or 1
-    ymax = total * 1.02
+def render_spec(spec: ChartSpec) -> Chart:
+    c = Chart(spec.id, spec.title, spec.projection_note, spec.to_json())
+    c.y_min_gib, c.y_max_gib = round(spec.y0 / 1024, 3), round(spec.y1 / 1024, 3)
+    x0, x1, y0, y1 = spec.x0, spec.x1, spec.y0, spec.y1
 
     def x(t: float) -> float:
-        return c.plot_x + (t - t0) / (t1 - t0) * c.plot_w
+        return ML + (t - x0) / (x1 - x0) * PW
 
     def y(v: float) -> float:
-        return c.plot_y + c.plot_h - max(min(v, ymax), 0) / ymax * c.plot_h
+        return MT + PH - (min(max(v, y0), y1) - y0) / (y1 - y0) * PH
 
-    c.line = " ".join(f"{_f(x(t))},{_f(y(v))}" for t, v in zip(s.t, s.used_max, strict=True))
-    upper = [f"{_f(x(t))},{_f(y(v))}" for t, v in zip(s.t, s.used_max, strict=True)]
-    lower = [
-        f"{_f(x(t))},{_f(y(v))}" for t, v in zip(reversed(s.t), reversed(s.used_min), strict=True)
-    ]
-    c.band = " ".join(upper + lower)
-    _axes(c, t0, t1, ymax, x, y)
-    for start, end, _base in s.idle_windows:
-        xs, xe = x(max(start, t0)), x(min(end, t1))
-        if xe > xs:
-            c.idle.append(Rect(_f(xs), _f(xe - xs)))
-    for a, va, b, vb in s.trend:
-        c.trend.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "trend"))
-    if s.total_bytes:
-        for pct, css in ((75, "thr-warn"), (90, "thr-crit")):
-            yy = _f(y(s.total_bytes * pct / 100))
-            c.thresholds.append(
-                Line(_f(c.plot_x), yy, _f(c.plot_x + c.plot_w), yy, css, f"{pct} %")
-            )
-            c.threshold_labels.append(Tick(yy, f"{pct} %"))
-    kinds: set[str] = set()
-    for e in events:
-        if e.host != s.host or e.kind not in EVENT_STYLE or (e.gpu is not None and e.gpu != s.gpu):
+    def ky(v: float) -> float:  # KV usage, percent, right axis
+        return MT + PH - min(max(v, 0.0), 100.0) / 100 * PH
+
+    c.rects.append(Rect(_f(ML), _f(MT), _f(PW), _f(PH), "plot"))
+    for a, b in spec.idle:
+        if x(b) > x(a):
+            c.rects.append(Rect(_f(x(a)), _f(MT), _f(x(b) - x(a)), _f(PH), "idle"))
+    gstep = _nice((y1 - y0) / 1024 / 5)
+    g = (y0 / 1024 // gstep + 1) * gstep
+    while g * 1024 <= y1:
+        yy = _f(y(g * 1024))
+        c.lines.append(Line(_f(ML), yy, _f(ML + PW), yy, "grid"))
+        c.texts.append(Text(_f(ML - 6), yy, f"{g:g}", "tick", "end"))
+        g += gstep
+    _time_ticks(c, x0, x1, x)
+    label = "GiB used"
+    if spec.total and not spec.total_in_view:
+        label += f" (limit {spec.total / 1024:,.1f} GiB, above)"
+    c.texts.append(Text("13", _f(MT + PH / 2), label, "axis ylabel"))
+    for v, name in spec.thresholds:
+        yy = _f(y(v))
+        css = "thr-limit" if name == "limit" else ("thr-crit" if name == "90 %" else "thr-warn")
+        c.lines.append(Line(_f(ML), yy, _f(ML + PW), yy, css))
+        c.texts.append(Text(_f(ML + PW + 4), yy, name, "thr-label", "start"))
+    if spec.band is not None:
+        up, lo = spec.series[spec.band[0]], spec.series[spec.band[1]]
+        ut, uv = _thin(up.t, up.v, True)
+        lt, lv = _thin(lo.t, lo.v, False)
+        upper = [f"{_f(x(t))},{_f(y(v))}" for t, v in zip(ut, uv, strict=True) if v is not None]
+        lower = [f"{_f(x(t))},{_f(y(v))}" for t, v in zip(lt, lv, strict=True) if v is not None]
+        c.band, c.band_color = " ".join(upper + lower[::-1]), up.color
+    for i, s in enumerate(spec.series):
+        if spec.band is not None and i == spec.band[1]:
             continue
-        et = _iso_epoch(e.ts)
-        if not t0 <= et <= t1:
-            continue
-        label, css = EVENT_STYLE[e.kind]
-        xx = _f(x(et))
-        c.markers.append(
-            Line(
-                xx,
-                _f(c.plot_y),
-                xx,
-                _f(c.plot_y + c.plot_h),
-                css,
-                f"{e.ts} {label}: {e.text[:300]}",
-            )
-        )
-        kinds.add(e.kind)
-    if kv is not None and kv.t and not small:
-        c.kv_y, c.kv_h = c.height + 6, 64
-        c.height += c.kv_h + 14
-
-        def ky(v: float) -> float:
-            return c.kv_y + c.kv_h - max(min(v, 1.0), 0.0) * c.kv_h
-
-        c.kv_line = " ".join(
-            f"{_f(x(t))},{_f(ky(v))}" for t, v in zip(kv.t, kv.kv, strict=True) if t0 <= t <= t1
-        )
-        c.kv_ticks = [Tick(_f(ky(v)), f"{v * 100:.0f} %") for v in (0.0, 0.5, 1.0)]
-    c.legend = [LegendItem("used (peak, min-max band)", "lg-used")]
-    if c.kv_line:
-        c.legend.append(LegendItem("KV-cache usage (lower panel)", "lg-kv"))
-    if c.idle:
-        c.legend.append(LegendItem("idle windows", "lg-idle"))
-    if c.trend:
-        c.legend.append(LegendItem("idle-baseline trend", "lg-trend"))
-    if c.thresholds:
-        c.legend.append(LegendItem("75 % / 90 % alert levels", "lg-thr"))
-    for kind in sorted(kinds):
-        label, css = EVENT_STYLE[kind]
-        c.legend.append(LegendItem(label, "lg-" + css))
-    return c
-
-
-ALLOC_LINES = (
-    ("nvml", "NVML: the process's GPU memory", "al-nvml"),
-    ("reserved", "PyTorch reserved (allocator cache included)", "al-reserved"),
-    ("allocated", "PyTorch allocated (live tensors)", "al-allocated"),
-)
-
-
-def build_alloc_chart(a: AllocSeries) -> Chart:
-    """Allocated, reserved and NVML memory of one process: floors per bin."""
-    where = f"GPU {a.gpu}" if a.gpu is not None else f"device {a.device}"
-    c = Chart(title=f"{a.host} — pid {a.pid} ({a.role or 'process'}), {where}: allocator view")
-    if not a.t:
-        c.empty = True
-        return c
-    t0, t1 = a.t[0], max(a.t[-1], a.t[0] + 60)
-    values: dict[str, list[int | None]] = {
-        "allocated": list(a.allocated),
-        "reserved": list(a.reserved),
-        "nvml": list(a.nvml),
-    }
-    # zoom on the band the lines live in (after start-up), on a whole-GiB-step floor:
-    # at 0-based scale, allocated, reserved and NVML of a full GPU draw as one line
-    settled = [v for vs in values.values() for v in vs[len(vs) // 10 :] if v is not None]
-    top = max(settled, default=0) or GIB / 4
-    low = min(settled, default=0)
-    step = _nice(max(top - low, GIB / 4) * 1.2 / GIB / 5) * GIB
-    ymin = max(0.0, (low - 0.1 * (top - low)) // step * step)
-    ymax = max(top + 0.1 * (top - low), ymin + step)
-
-    def x(t: float) -> float:
-        return c.plot_x + (t - t0) / (t1 - t0) * c.plot_w
-
-    def y(v: float) -> float:
-        frac = (min(max(v, ymin), ymax) - ymin) / (ymax - ymin)
-        return c.plot_y + c.plot_h - frac * c.plot_h
-
-    _axes(c, t0, t1, ymax, x, y, ymin)
-    for key, label, css in ALLOC_LINES:
-        pts = " ".join(
-            f"{_f(x(t))},{_f(y(v))}" for t, v in zip(a.t, values[key], strict=True) if v is not None
-        )
-        if pts:
-            c.lines.append(Polyline(pts, css))
-            c.legend.append(LegendItem(label, "lg-" + css))
+        t, v = _thin(s.t, s.v, True)
+        for pts in _segments(t, v, x, ky if s.scale == "kv" else y):
+            c.polys.append(Poly(pts, s.color, s.width, s.dash))
+        c.legend.append((s.name.replace(" (peak)", " (peak, low-high band)"), s.color))
+    if spec.kv:
+        for pct in (0, 50, 100):
+            c.texts.append(Text(_f(ML + PW + 4), _f(ky(pct)), f"KV {pct}%", "tick kv", "start"))
+    for a, va, b, vb in spec.trend:
+        c.lines.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "trend"))
+    if spec.trend:
+        c.legend.append(("idle-baseline trend", "#7a2e0e"))
+    if spec.projection is not None:
+        a, va, b, vb = spec.projection
+        c.lines.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "projection", title=spec.projection_note))
+        c.legend.append(("OOM projection", "#b42318"))
+    if spec.idle:
+        c.legend.append(("idle windows", "#b2ddff"))
+    for m in spec.markers:
+        xx = x(m.t)
+        if m.ticks:
+            for t in m.ticks:
+                tx = _f(x(t))
+                c.lines.append(Line(tx, _f(MT), tx, _f(MT + 8), "marker", m.color, m.title))
+        else:
+            c.lines.append(Line(_f(xx), _f(MT), _f(xx), _f(MT + PH), "marker", m.color, m.title))
+        if m.lane is not None:
+            wpx = len(m.label) * 6.4 + 8
+            lx = min(xx, ML + PW - wpx)
+            ly = MT - 4 - m.lane * LANE_H
+            c.texts.append(Text(_f(lx + 2), _f(ly), m.label, "mlabel", "start", m.title))
     return c

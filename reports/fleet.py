@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyzer.fleet import Cohort, FleetView
-from reports.render import TEMPLATES, _env
+from reports.render import _env, assets
 
-BAR_W = 220
+BAR_W = 140
 
 
 @dataclass
@@ -19,6 +19,7 @@ class CohortRow:
     rate_lo: str  # leak-rate distribution: min..max bar and the median tick, on one scale
     rate_w: str
     rate_med: str
+    label: str  # what the bar shows, in words: median, min-max, how many GPUs
 
 
 def rows(view: FleetView) -> list[CohortRow]:
@@ -28,20 +29,44 @@ def rows(view: FleetView) -> list[CohortRow]:
         lo = (c.rates[0] if c.rates else 0.0) / top * BAR_W
         hi = (c.rates[-1] if c.rates else 0.0) / top * BAR_W
         med = (c.median_rate or 0.0) / top * BAR_W
+        n = len(c.rates)
+        if n == 1:
+            label = f"{c.rates[0]:,.1f} (1 GPU)"
+        elif n:
+            label = f"median {c.median_rate:,.1f}, min–max {c.rates[0]:,.1f}–{c.rates[-1]:,.1f} ({n} GPUs)"
+        else:
+            label = ""
         out.append(
             CohortRow(
                 c,
                 f"{c.share_affected * BAR_W:.1f}",
                 f"{lo:.1f}",
                 f"{max(hi - lo, 2.0 if c.rates else 0):.1f}",
-                f"{med:.1f}",
+                f"{min(med, BAR_W - 2):.1f}",
+                label,
             )
         )
     return out
 
 
+def _hours(h: float | None) -> str:
+    if h is None:
+        return "—"
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+
+
+def _clock(iso: str | None) -> str:
+    return (iso or "—").replace("T", " ").replace("Z", " UTC")
+
+
+def _rate(r: float | None) -> str:
+    return "—" if r is None else f"{r:,.0f} MiB/h"
+
+
 def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> str:
-    css = (TEMPLATES / "report.css").read_text(encoding="utf-8")
+    """The weekly page: soonest OOMs first, then cohorts, the ranking, week over week.
+    Rates and times to OOM are analyzer.fleet.gpu_verdicts', as on the host report."""
+    soonest = view.soonest
     return (
         _env()
         .get_template("fleet.html.j2")
@@ -50,13 +75,16 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> s
             rows=rows(view),
             ranking=view.ranking[:top],
             more=max(len(view.ranking) - top, 0),
-            soonest=sorted(
-                (r for r in view.ranking if r.hours_to_oom is not None),
-                key=lambda r: r.hours_to_oom or 0.0,
-            )[:top],
-            css=css,
+            soonest=soonest[:top],
+            more_soonest=max(len(soonest) - top, 0),
+            changes=view.changes[: top * 4],
+            more_changes=max(len(view.changes) - top * 4, 0),
+            css=assets()["css"],
             bar_w=BAR_W,
             generated_at=generated_at,
+            hours=_hours,
+            clock=_clock,
+            rate=_rate,
         )
     )
 

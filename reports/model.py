@@ -1,13 +1,22 @@
-"""Report data, prepared from a findings document before any template runs."""
+"""Report data, prepared from a findings document before any template runs.
+
+First screen: a verdict line and one row per affected GPU, soonest OOM first. Then one
+section per GPU (the ranks of a tensor-parallel server share one), holding its findings,
+evidence, remediation and one chart. Rates and times to OOM come from
+analyzer.fleet.gpu_verdicts, the same numbers the fleet page shows.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.categories import CATEGORIES, LEAK_CATEGORIES, SEVERITIES
-from analyzer.findings import Event, Finding, FindingsDocument, RuleStatus
-from reports.charts import Chart, build_alloc_chart, build_chart
+from analyzer.categories import CATEGORIES, SEVERITIES
+from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, RuleStatus
+from analyzer.fleet import GpuVerdict, gpu_verdicts
+from reports import charts
+from reports.chartdata import build_spec
 
 MAX_LOG_LINES = 20
 
@@ -23,6 +32,8 @@ class LogLine:
     ts: str
     kind: str
     text: str
+    count: int = 1
+    last_ts: str = ""
 
 
 @dataclass
@@ -37,10 +48,38 @@ class FindingView:
     when: str
     summary: str
     evidence: list[KV]
-    charts: list[Chart]
-    logs: list[LogLine]
     remediation: list[str]  # paragraphs
+    options: list[str]  # A/B/C remedies with their costs, where the rule lists them
     references: list[str]
+
+
+@dataclass
+class GpuRow:
+    host: str
+    gpu: str
+    anchor: str
+    verdict: str
+    severity: str
+    leak: bool
+    rate: str
+    rate_note: str
+    hours: str
+    oom_at: str
+    confidence: str
+    remedy: str
+
+
+@dataclass
+class Section:
+    anchor: str
+    host: str
+    gpus: str
+    verdict: str
+    severity: str | None
+    headline: str
+    findings: list[FindingView]
+    chart: charts.Chart | None
+    logs: list[LogLine]
 
 
 @dataclass
@@ -52,7 +91,7 @@ class HostView:
     flags: str
     verdict: str
     worst: str | None
-    charts: list[Chart] = field(default_factory=list)
+    per_gpu: list[tuple[str, str, str]] = field(default_factory=list)  # (GPU, rate, OOM)
 
 
 @dataclass
@@ -71,11 +110,12 @@ class ReportModel:
     data_range: str
     hosts: int
     gpus: int
+    verdict: str
+    verdict_ok: bool
     severity_counts: list[CountRow]
-    category_counts: list[CountRow]
-    leaking_hosts: list[str]
-    findings: list[FindingView]
+    rows: list[GpuRow]
     host_views: list[HostView]
+    sections: list[Section]
     rules: list[RuleStatus]
     gaps: list[str]
 
@@ -119,94 +159,196 @@ def _when(f: Finding) -> str:
     return f.start or f.end or ""
 
 
-def _host_events(events: list[Event], host: str) -> list[LogLine]:
-    mine = [e for e in events if e.host == host]
-    return [LogLine(e.ts, e.kind, e.text) for e in mine[-MAX_LOG_LINES:]]
+_OPTION = re.compile(r"^([A-Z])\.\s")
+_ACTION = re.compile(
+    r"\b(restart|upgrade|set|lower|reuse|disable|no action|take|check|keep|look|plan|pin)",
+    re.I,
+)
+
+
+def options(text: str) -> list[str]:
+    """Remedies listed as 'A. ...', 'B. ...' (each with its cost), one string each."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if _OPTION.match(line.strip()):
+            out.append(line.strip())
+        elif out and line.strip():
+            out[-1] += " " + line.strip()
+    return out if len(out) >= 2 else []
+
+
+def first_remedy(text: str, limit: int = 150) -> str:
+    """The first thing to do: option A where options are listed, else the first sentence
+    that asks for an action; cut at a word boundary."""
+    opts = options(text)
+    if opts:
+        return opts[0].split(":")[0]
+    flat = " ".join(text.split())
+    sentences = re.split(r"(?<=[.!?])\s+", flat)
+    s = next((x for x in sentences if _ACTION.search(x)), sentences[0] if sentences else "")
+    return s if len(s) <= limit else s[: limit - 1].rsplit(" ", 1)[0] + " …"
+
+
+def _merged_logs(events: list[Event]) -> list[LogLine]:
+    """The newest lines, identical ones (timestamps and numbers aside) merged with a count."""
+    out: list[LogLine] = []
+    last: dict[tuple[str, str], LogLine] = {}
+    for e in events:
+        sig = (e.kind, re.sub(r"\d+", "#", re.sub(r"^\[[^\]]*\]\s*", "", e.text)))
+        if sig in last:
+            ll = last[sig]
+            ll.count += 1
+            ll.last_ts = e.ts
+            continue
+        last[sig] = LogLine(e.ts, e.kind, e.text)
+        out.append(last[sig])
+    return out[-MAX_LOG_LINES:]
+
+
+def _finding_view(i: int, f: Finding) -> FindingView:
+    return FindingView(
+        anchor=f"f{i + 1}",
+        severity=f.severity,
+        rule_id=f.rule_id,
+        title=f.title or CATEGORIES[f.category],
+        category=f.category,
+        category_name=CATEGORIES[f.category],
+        where=f.host
+        + (f" · GPU {f.gpu}" if f.gpu is not None else "")
+        + (f" · pid {f.pid}" if f.pid else ""),
+        when=_when(f),
+        summary=f.summary,
+        evidence=[KV(_label(k), format_value(k, v)) for k, v in f.evidence.items()],
+        remediation=[p.strip() for p in f.remediation.split("\n\n") if p.strip()],
+        options=options(f.remediation),
+        references=list(f.references),
+    )
+
+
+def _rate(v: GpuVerdict) -> tuple[str, str]:
+    if v.rate_mib_per_h is None:
+        return "—", ""
+    note = "host RAM" if v.rate_rule == "HR001" else f"from {v.rate_rule}"
+    return f"{v.rate_mib_per_h:,.0f} MiB/h", note
+
+
+def _oom(v: GpuVerdict) -> tuple[str, str]:
+    if v.hours_to_oom is None:
+        return "—", ""
+    h = v.hours_to_oom
+    hours = f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+    if v.oom_rule != "OF001":
+        hours = f"≈ {hours}"
+    return hours, (v.oom_at or "").replace("T", " ").replace("Z", " UTC")
+
+
+def _remedy(v: GpuVerdict, doc: FindingsDocument) -> str:
+    fs = [doc.findings[i] for i in v.findings]
+    order = ("KB001", "MT001", "OF001", "AP001", "AP003", "KV001", "CC001", "HR001", "GM001")
+    fs.sort(key=lambda f: (order.index(f.rule_id) if f.rule_id in order else len(order),
+                           -SEVERITIES.index(f.severity)))  # fmt: skip
+    for f in fs:
+        if f.rule_id == "MT001" and not f.evidence.get("restart_now"):
+            continue
+        if f.remediation.strip():
+            return first_remedy(f.remediation)
+    return "—"
+
+
+def _units(doc: FindingsDocument) -> list[tuple[str, list[GpuSeries]]]:
+    """Chart units per host: one per GPU, or one for all ranks of a tensor-parallel server."""
+    tp = {h.host: int(h.flags.get("tp_size") or 1) for h in doc.hosts}
+    by_host: dict[str, list[GpuSeries]] = {}
+    for s in doc.series:
+        by_host.setdefault(s.host, []).append(s)
+    out: list[tuple[str, list[GpuSeries]]] = []
+    for host, ss in by_host.items():
+        ss = sorted(ss, key=lambda s: s.gpu)
+        if tp.get(host, 1) > 1 and len(ss) > 1:
+            out.append((host, ss))
+        else:
+            out.extend((host, [s]) for s in ss)
+    return out
+
+
+def _anchor(host: str, gpus: list[int | None]) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", host)
+    return "gpu-" + safe + "-" + "-".join("x" if g is None else str(g) for g in gpus)
 
 
 def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel:
-    series = {(s.host, s.gpu): s for s in doc.series}
+    verdicts = gpu_verdicts(doc)
+    by_gpu = {(v.host, v.gpu): v for v in verdicts}
     kv = {k.host: k for k in doc.kv}
-    alloc: dict[str, list[Any]] = {}
-    for a in doc.alloc:
-        alloc.setdefault(a.host, []).append(a)
-    by_host: dict[str, list[Any]] = {}
-    for s in doc.series:
-        by_host.setdefault(s.host, []).append(s)
-    views = []
-    for i, f in enumerate(doc.findings):
-        if f.gpu is not None and (f.host, f.gpu) in series:
-            chart_series = [series[(f.host, f.gpu)]]
-        else:
-            chart_series = by_host.get(f.host, [])
-        views.append(
-            FindingView(
-                anchor=f"f{i + 1}",
-                severity=f.severity,
-                rule_id=f.rule_id,
-                title=f.title or CATEGORIES[f.category],
-                category=f.category,
-                category_name=CATEGORIES[f.category],
-                where=f.host
-                + (f" · GPU {f.gpu}" if f.gpu is not None else "")
-                + (f" · pid {f.pid}" if f.pid else ""),
-                when=_when(f),
-                summary=f.summary,
-                evidence=[KV(_label(k), format_value(k, v)) for k, v in f.evidence.items()],
-                charts=[build_chart(s, doc.events, kv=kv.get(s.host)) for s in chart_series]
-                + [
-                    build_alloc_chart(a)
-                    for a in alloc.get(f.host, [])
-                    if (f.pid is None or a.pid == f.pid)
-                    and (f.gpu is None or a.gpu in (f.gpu, None))
-                ],
-                logs=_host_events(doc.events, f.host),
-                remediation=[p.strip() for p in f.remediation.split("\n\n") if p.strip()],
-                references=list(f.references),
+    units: list[tuple[str, list[int | None], list[GpuSeries]]] = [
+        (h, [s.gpu for s in ss], ss) for h, ss in _units(doc)
+    ]
+    covered = {(h, g) for h, gs, _ in units for g in gs}
+    units += [(v.host, [v.gpu], []) for v in verdicts if (v.host, v.gpu) not in covered]
+    anchor_of = {(h, g): _anchor(h, gs) for h, gs, _ in units for g in gs}
+    rank = {(v.host, v.gpu): i for i, v in enumerate(verdicts)}
+
+    def unit_key(u: tuple[str, list[int | None], list[GpuSeries]]) -> tuple[int, str, int]:
+        h, gs, _ = u
+        return (min((rank.get((h, g), len(rank)) for g in gs)), h, -1 if gs[0] is None else gs[0])
+
+    sections = []
+    for host, gs, ss in sorted(units, key=unit_key):
+        vs = [by_gpu[(host, g)] for g in gs if (host, g) in by_gpu]
+        idx = sorted({i for v in vs for i in v.findings})
+        lead = vs[0] if vs else None
+        spec_chart = None
+        if ss:
+            title = f"{host} — " + (
+                f"GPUs {gs[0]}–{gs[-1]} (tensor-parallel ranks overlaid)" if len(gs) > 1
+                else f"GPU {gs[0]}" + (f" ({ss[0].gpu_name})" if ss[0].gpu_name else "")
+            )  # fmt: skip
+            rate = lead.rate_mib_per_h if lead and lead.rate_rule != "HR001" else None
+            spec = build_spec(
+                anchor_of[(host, gs[0])] + "-chart",
+                title,
+                ss,
+                [e for e in doc.events if e.host == host],
+                kv=kv.get(host),
+                alloc=[a for a in doc.alloc if a.host == host and (a.gpu is None or a.gpu in gs)],
+                rate_mib_per_h=rate,
+                lead=lead.gpu if lead else None,
+                plot_w=charts.PW,
             )
-        )
-    worst: dict[str, str] = {}
-    for f in doc.findings:
-        if f.host not in worst or SEVERITIES.index(f.severity) > SEVERITIES.index(worst[f.host]):
-            worst[f.host] = f.severity
-    leaking = sorted({f.host for f in doc.findings if f.category in LEAK_CATEGORIES})
-    host_views = []
-    for h in doc.hosts:
-        cats = sorted({CATEGORIES[f.category] for f in doc.findings if f.host == h.host})
-        flags = ", ".join(f"{k}={v}" for k, v in h.flags.items())
-        host_views.append(
-            HostView(
-                host=h.host,
-                engine=" ".join(x for x in (h.engine, h.engine_version) if x) or "unknown engine",
-                model=h.model or "unknown model",
-                gpus=f"{h.gpus} × {h.gpu_name}" if h.gpu_name else f"{h.gpus} GPUs",
-                flags=flags,
-                verdict="; ".join(cats) if cats else "no leak found",
-                worst=worst.get(h.host),
-                charts=[build_chart(s, doc.events, small=True) for s in by_host.get(h.host, [])]
-                if h.host not in worst
-                else [],
+            spec_chart = charts.render_spec(spec)
+        headline = ""
+        if lead:
+            r, note = _rate(lead)
+            hrs, at = _oom(lead)
+            headline = f"{lead.verdict}: {r}" + (f" ({note})" if note else "")
+            if lead.hours_to_oom is not None:
+                headline += f", out of memory in {hrs} (at {at})"
+        sections.append(
+            Section(
+                anchor=anchor_of[(host, gs[0])],
+                host=host,
+                gpus=("GPU " + str(gs[0])) if len(gs) == 1 and gs[0] is not None
+                else ("host" if gs[0] is None else f"GPUs {gs[0]}–{gs[-1]}"),
+                verdict=" · ".join(dict.fromkeys(v.verdict for v in vs)) or "no findings",
+                severity=lead.severity if lead else None,
+                headline=headline,
+                findings=[_finding_view(i, doc.findings[i]) for i in idx],
+                chart=spec_chart,
+                logs=_merged_logs([e for e in doc.events if e.host == host])
+                if idx else [],
             )
-        )
-    host_views.sort(
-        key=lambda v: (v.worst is None, -SEVERITIES.index(v.worst) if v.worst else 0, v.host)
-    )
-    sev = [
-        CountRow(s, s, sum(1 for f in doc.findings if f.severity == s))
-        for s in reversed(SEVERITIES)
-    ]
-    cat = [
-        CountRow(c, name, n)
-        for c, name in CATEGORIES.items()
-        if (n := sum(1 for f in doc.findings if f.category == c))
-    ]
-    gaps = list(doc.run.gaps)
-    gaps += [
-        f"{r.rule_id}: {r.reason}"
-        for r in doc.run.rules
-        if r.status in ("skipped", "errored") and r.reason
-    ]
-    gaps += [f"no data in table {t}" for t, n in sorted(doc.run.tables.items()) if n == 0]
+        )  # fmt: skip
+    rows = []
+    for v in verdicts:
+        r, note = _rate(v)
+        hrs, at = _oom(v)
+        rows.append(
+            GpuRow(
+                v.host, "—" if v.gpu is None else str(v.gpu), anchor_of[(v.host, v.gpu)],
+                v.verdict, v.severity, v.is_leak, r, note, hrs, at, v.confidence or "not rated",
+                _remedy(v, doc),
+            )
+        )  # fmt: skip
     return ReportModel(
         title="leakreport — GPU memory: leak or cache?",
         generated_at=generated_at or doc.run.generated_at,
@@ -215,11 +357,70 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         data_range=f"{doc.run.data_start or '?'} → {doc.run.data_end or '?'}",
         hosts=len(doc.hosts),
         gpus=len(doc.series),
-        severity_counts=sev,
-        category_counts=cat,
-        leaking_hosts=leaking,
-        findings=views,
-        host_views=host_views,
+        verdict=_verdict_line(doc, verdicts),
+        verdict_ok=not any(v.is_leak for v in verdicts),
+        severity_counts=[
+            CountRow(s, s, sum(1 for f in doc.findings if f.severity == s))
+            for s in reversed(SEVERITIES)
+        ],
+        rows=rows,
+        host_views=_host_views(doc, verdicts),
+        sections=sections,
         rules=list(doc.run.rules),
-        gaps=gaps,
+        gaps=_gaps(doc),
     )
+
+
+def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> str:
+    if not doc.series and not doc.findings:
+        return "No data in scope: nothing could be checked."
+    leaks = [v for v in verdicts if v.is_leak]
+    if not leaks:
+        cache = sum(1 for v in verdicts if "cache.growth" in v.categories)
+        return f"No leak found on {len(doc.series)} GPUs" + (
+            f" ({cache} only cache)." if cache else "."
+        )
+    hosts = len({v.host for v in leaks})
+    line = f"{len(leaks)} GPUs on {hosts} hosts leak or need action."
+    soon = next((v for v in leaks if v.hours_to_oom is not None), None)
+    if soon is not None:
+        hrs, at = _oom(soon)
+        line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at})."
+    return line
+
+
+def _host_views(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> list[HostView]:
+    per_host: dict[str, list[GpuVerdict]] = {}
+    for v in verdicts:
+        per_host.setdefault(v.host, []).append(v)
+    out = []
+    for h in doc.hosts:
+        vs = sorted(per_host.get(h.host, []), key=lambda v: -1 if v.gpu is None else v.gpu)
+        worst = max((v.severity for v in vs), key=SEVERITIES.index, default=None)
+        out.append(
+            HostView(
+                host=h.host,
+                engine=" ".join(x for x in (h.engine, h.engine_version) if x) or "unknown engine",
+                model=h.model or "unknown model",
+                gpus=f"{h.gpus} × {h.gpu_name}" if h.gpu_name else f"{h.gpus} GPUs",
+                flags=", ".join(f"{k}={v}" for k, v in h.flags.items()),
+                verdict="; ".join(dict.fromkeys(v.verdict for v in vs)) or "no leak found",
+                worst=worst,
+                per_gpu=[
+                    ("—" if v.gpu is None else str(v.gpu), _rate(v)[0], _oom(v)[0]) for v in vs
+                ],
+            )
+        )
+    out.sort(key=lambda v: (v.worst is None, -SEVERITIES.index(v.worst) if v.worst else 0, v.host))
+    return out
+
+
+def _gaps(doc: FindingsDocument) -> list[str]:
+    gaps = list(doc.run.gaps)
+    gaps += [
+        f"{r.rule_id} {r.status}: {r.reason}"
+        for r in doc.run.rules
+        if r.status in ("skipped", "errored") and r.reason
+    ]
+    gaps += [f"no data in table {t}" for t, n in sorted(doc.run.tables.items()) if n == 0]
+    return gaps
