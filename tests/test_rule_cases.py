@@ -34,3 +34,32 @@ def test_harness_reports_a_wrong_expectation() -> None:
     good = next(c for c in collect_cases(PACKS) if c.id == "default/GM001/linear_growth_fires")
     wrong = Case(good.id + "-inverted", good.rule_id, good.path, good.data, expect_count=0)
     assert run_case(wrong, PACKS)
+
+
+def _case(name: str) -> Case:
+    return next(c for c in collect_cases(PACKS) if c.id == name)
+
+
+def test_a_skipped_rule_fails_a_case_unless_it_expects_that() -> None:
+    skipped = _case("default/AP003/no_nvml_process_rows_is_skipped")
+    assert not run_case(skipped, PACKS)
+    silent = Case(skipped.id + "-no-status", skipped.rule_id, skipped.path, skipped.data, 0)
+    problems = run_case(silent, PACKS)
+    assert problems and "rule skipped: no data in table(s) gpu_processes" in problems[0]
+    # a case that expects the rule to run fails when it is skipped, and vice versa
+    wrong = Case(skipped.id + "-clean", skipped.rule_id, skipped.path, skipped.data, 0)
+    wrong.expect_status = "clean"
+    assert run_case(wrong, PACKS)
+    ran = _case("default/AP003/nvml_rows_of_another_pid_do_not_fire")
+    ran_wrong = Case(ran.id + "-skipped", ran.rule_id, ran.path, ran.data, 0)
+    ran_wrong.expect_status = "skipped"
+    assert any("want skipped" in p for p in run_case(ran_wrong, PACKS))
+
+
+def test_an_unknown_expect_status_names_the_file(tmp_path) -> None:
+    from analyzer.ruletest import load_cases
+
+    f = tmp_path / "X001.toml"
+    f.write_text('[[case]]\nname = "a"\nexpect_status = "passed"\n')
+    with pytest.raises(ValueError, match=r"X001.toml: case 'a': expect_status 'passed'"):
+        load_cases(f, "p")
