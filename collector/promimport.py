@@ -6,7 +6,7 @@ It lists the series in the window first (``/api/v1/series``), then fetches host 
 by host batch, in time chunks of at most ``--points`` points per query (and never more
 than 11,000 per series), writing each chunk before the next is fetched: memory stays
 bounded however long the window or large the fleet. A query that hits the server's
-sample limit is split in time, then by host; what still fails is skipped and named.
+sample limit is split in time; what still fails is skipped and named, per metric.
 
 Each step is read as ``last_over_time(metric[lookback])``: a series that ended (a pod
 that restarted) stops within ``--lookback`` instead of Prometheus' 5-minute staleness,
@@ -31,6 +31,7 @@ from collector.promapi import MAX_POINTS_PER_SERIES, PromClient, PromError
 from collector.promplan import GpuId, Mapping, Plan, Series, make_plan
 
 SOURCE = "prometheus"
+MIN_SPLIT_STEPS = 30  # a failing piece is halved in time down to this, then given up
 Say = Callable[[str], None]
 
 
@@ -56,7 +57,25 @@ class Stats:
     samples: int = 0  # points read from Prometheus
     rows: dict[str, int] = field(default_factory=dict)
     files: int = 0
-    skipped: list[str] = field(default_factory=list)
+    # (metric, host label, values) -> the windows given up at the server's sample limit
+    gaps: dict[tuple[str, str, tuple[str, ...]], list[tuple[float, float]]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def skipped(self) -> list[str]:
+        out = []
+        for (metric, by, values), spans in sorted(self.gaps.items()):
+            hours = sum(b - a for a, b in spans) / 3600
+            shown = ", ".join(values[:3]) + (", ..." if len(values) > 3 else "")
+            out.append(
+                f"{metric} for {len(values)} {by} value(s) ({shown}): {len(spans)} piece(s), "
+                f"{hours:.2f} h between {_iso(spans[0][0])} and {_iso(spans[-1][1])}: over the "
+                "server's sample limit (lower --points or --max-series, or raise "
+                "--query.max-samples on the server)"
+            )
+        return out
+
     seconds: float = 0.0
 
     def add(self, table: str, n: int) -> None:
@@ -106,20 +125,12 @@ class _Fetcher:
             if e.kind != "too_many_samples":
                 raise
         steps = int(round((t1 - t0) / self.opts.step))
-        if steps >= 1:
+        if steps >= 2 * MIN_SPLIT_STEPS:
             mid = t0 + (steps // 2) * self.opts.step
             return self.fetch(metric, by, values, t0, mid) + self.fetch(
                 metric, by, values, mid + self.opts.step, t1
             )
-        if len(values) > 1:
-            half = len(values) // 2
-            return self.fetch(metric, by, values[:half], t0, t1) + self.fetch(
-                metric, by, values[half:], t0, t1
-            )
-        self.stats.skipped.append(
-            f"{metric} {by}={values[0]} at {_iso(t0)}: over the server's sample limit "
-            "even for one step (raise --query.max-samples on the server)"
-        )
+        self.stats.gaps.setdefault((metric, by, tuple(values)), []).append((t0, t1))
         return []
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -265,18 +266,36 @@ def test_auth_required(fleet: dict[str, Any], tmp_path: Path) -> None:
         srv.server_close()
 
 
+def _requests(stderr: str) -> int:
+    m = re.search(r"([0-9,]+) requests\)", stderr)
+    assert m, stderr
+    return int(m.group(1).replace(",", ""))
+
+
 def test_sample_limit(fleet: dict[str, Any], tmp_path: Path) -> None:
     one_hour = "2026-11-23T01:00:00Z"
     full = tmp_path / "full"
-    assert _import(fleet["url"], full, end=one_hour).returncode == 0
-    n_full = len(_rows(full, "gpu_samples"))
-    with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=4000) as small:
-        # chunks are split until they fit: everything arrives
+    r = _import(fleet["url"], full, end=one_hour)
+    assert r.returncode == 0, r.stderr
+    n_full, asked = len(_rows(full, "gpu_samples")), _requests(r.stderr)
+    with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=1000) as small:
+        # chunks are split until they fit: more requests, the same rows
         split = tmp_path / "split"
         r = _import(small.url, split, end=one_hour)
         assert r.returncode == 0, r.stderr
+        assert _requests(r.stderr) > asked
         assert len(_rows(split, "gpu_samples")) == n_full
     with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=60) as tiny:
-        r = _import(tiny.url, tmp_path / "none", "--points", "1000", end=one_hour)
-        assert r.returncode in (1, 2), r.stderr
-        assert "sample limit" in r.stderr and "--query.max-samples" in r.stderr
+        part = tmp_path / "part"
+        r = _import(tiny.url, part, "--points", "1000", end=one_hour)
+        skipped = [ln for ln in r.stderr.splitlines() if ln.startswith("skipped: ")]
+        assert skipped and all(
+            "sample limit" in ln and "--query.max-samples" in ln for ln in skipped
+        )
+        wrote = (part / "gpu_samples").exists() or (part / "metric_samples").exists()
+        assert r.returncode == (1 if wrote else 2), r.stderr
+        if wrote:
+            runs = _rows(part, "collector_runs")
+            assert runs and all(
+                x["status"] == "failed" and "sample limit" in x["error"] for x in runs
+            )
