@@ -38,15 +38,20 @@ COLUMNS: dict[str, pl.DataType] = {
     "free_bytes": pl.Int64(),
     "allocated_bytes": pl.Int64(),
     "reserved_bytes": pl.Int64(),
+    "cached_bytes": pl.Int64(),
     "mem_fraction_static": pl.Float64(),
     "disable_fast_image_processor": pl.Boolean(),
     "model_path": pl.String(),
     "tp_size": pl.Int64(),
+    "gpu_memory_utilization": pl.Float64(),
+    "max_model_len": pl.Int64(),
+    "enforce_eager": pl.Boolean(),
     "enabled": pl.Boolean(),
     "version": pl.String(),
     "kv_tokens": pl.Int64(),
     "gpu_blocks": pl.Int64(),
     "kv_cache_bytes": pl.Int64(),
+    "max_concurrency": pl.Float64(),
 }
 
 

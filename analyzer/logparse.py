@@ -1,10 +1,20 @@
 """Parse SGLang / vLLM / PyTorch log text into events, vectorised with polars.
 
 Lines are classified by what they say, not where: each event type has a
-recognising pattern, and each field is pulled out by its key (``#running-req:``,
-``Running: N reqs``, ``mem_fraction_static=``...), so reordered, truncated or
-newer formats still yield what they carry. Lines that match nothing produce
-nothing; nothing stops the run.
+recognising pattern (``analyzer.logformats``), and each field is pulled out by
+its key (``#running-req:``, ``Running: N reqs``, ``mem_fraction_static=``,
+``'gpu_memory_utilization': ``...), so reordered, truncated or newer formats
+still yield what they carry. A record hard-wrapped over several lines (a
+terminal, a shipper, a message that spans lines) is read as one: the lines that
+continue an event line lend it their fields, and the event keeps the line
+number of the line that names it. Lines that match nothing produce nothing;
+nothing stops the run.
+
+Timestamps: the engine's own stamp wins over a collector's or docker's stamp in
+front of it; a stamp with an offset (``Z``, ``+08:00``) is converted to UTC; a
+naive stamp is read in ``tz`` (default UTC). ``ts`` is ``YYYY-MM-DDTHH:MM:SS``
+in UTC, or ``--MM-DDTHH:MM:SS`` when the year is unknown (vLLM's ``MM-DD``
+without ``year`` and without a dated prefix).
 """
 
 from __future__ import annotations
@@ -13,148 +23,25 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import polars as pl
 
-EVENT_TYPES = (
-    "kv_leak_check",
-    "oom",
-    "server_args",
-    "fast_image_processor",
-    "engine_version",
-    "batch_stats",
-    "kv_capacity",
-)
+from analyzer import logformats as F
 
-# Recognisers in priority order (the first that matches names the line).
-_RECOGNISE: dict[str, str] = {
-    "kv_leak_check": r"memory leak detected",
-    "oom": r"(?i)CUDA out of memory|OutOfMemoryError|Tried to allocate [\d.]+ ?\w+ \(GPU \d+;",
-    "server_args": r"ServerArgs\(",
-    "fast_image_processor": r"(?i)fast (?:image )?processor|slow (?:image )?processor|use_fast",
-    "engine_version": r"vLLM API server version|LLM engine \(v\d|\bvLLM version \d|(?i:\bsglang(?:==| version:? v?)\d)",
-    "batch_stats": r"(?:Prefill|Decode) batch[.,]|new fill batch|Avg prompt throughput:",
-    "kv_capacity": (
-        r"KV Cache is allocated|^\S*\s*max_total_num_tokens=|\] max_total_num_tokens=|GPU blocks: \d|"
-        r"kv_cache_size=|GPU KV cache size:|(?i:available KV cache memory)[: (]|kv cache memory in use is|full_layer_tokens="
-    ),
-}
-
-_SIZE = r"([\d.]+) ?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
-_UNITS = {
-    "B": 1,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-    "KB": 2**10,
-    "MB": 2**20,
-    "GB": 2**30,
-    "TB": 2**40,
-}
-
-# field -> (kind, [patterns]); kind: int, float, str, bool, bytes, pct (percent -> ratio)
-_FIELDS: dict[str, dict[str, tuple[str, list[str]]]] = {
-    "batch_stats": {
-        "running_reqs": ("int", [r"#running[-_]req: *(\d+)", r"Running: *(\d+) reqs"]),
-        "queue_reqs": (
-            "int",
-            [r"#queue[-_]req: *(\d+)", r"Pending: *(\d+) reqs", r"Waiting: *(\d+) reqs"],
-        ),
-        "kv_usage_ratio": ("float", [r"token usage: *([\d.]+)"]),
-        "kv_usage_pct": ("pct", [r"GPU KV cache usage: *([\d.]+)%"]),
-        "gen_throughput": (
-            "float",
-            [r"gen throughput \(token/s\): *([\d.]+)", r"Avg generation throughput: *([\d.]+)"],
-        ),
-        "num_tokens": ("int", [r"#token: *(\d+)"]),
-    },
-    "kv_leak_check": {
-        "pool": ("str", [r"(\w+) memory leak detected"]),
-        "available_size": ("int", [r"available_size=(\d+)"]),
-        "max_total_num_tokens": ("int", [r"max_total_num_tokens=(\d+)", r"total_size=(\d+)"]),
-        "evictable_size": ("int", [r"evictable_size=(\d+)"]),
-        "protected_size": ("int", [r"protected_size=(\d+)"]),
-    },
-    "oom": {
-        "tried_bytes": ("bytes", [r"Tried to allocate " + _SIZE]),
-        "gpu": ("int", [r"GPU (\d+)"]),
-        "total_bytes": ("bytes", [r"total capacity of " + _SIZE, _SIZE + r" total capacity"]),
-        "free_bytes": ("bytes", [r"of which " + _SIZE + r" is free", _SIZE + r" free;"]),
-        "allocated_bytes": (
-            "bytes",
-            [_SIZE + r" is allocated by PyTorch", _SIZE + r" already allocated"],
-        ),
-        "reserved_bytes": (
-            "bytes",
-            [_SIZE + r" reserved in total", _SIZE + r" is reserved by PyTorch"],
-        ),
-    },
-    "server_args": {
-        "mem_fraction_static": ("float", [r"\bmem_fraction_static=([\d.]+)"]),
-        "disable_fast_image_processor": ("bool", [r"\bdisable_fast_image_processor=(True|False)"]),
-        "model_path": ("str", [r"\bmodel_path='([^']*)'", r'\bmodel_path="([^"]*)"']),
-        "tp_size": ("int", [r"\btp_size=(\d+)"]),
-    },
-    "fast_image_processor": {
-        "enabled": (
-            "bool",
-            [
-                r"(?i)(?:loaded as a|using an?|uses? the) (fast) (?:image )?processor",
-                r"(?i)(?:loaded as a|using an?|uses? the) (slow) (?:image )?processor",
-                r"(?i)\b(fast|slow) image processor",
-                r"use_fast=(False|True)",
-            ],
-        ),
-    },
-    "engine_version": {
-        "version": (
-            "str",
-            [
-                r"version v?(\d+\.\d+[\w.+-]*)",
-                r"LLM engine \(v(\d+\.\d+[\w.+-]*)\)",
-                r"(?i)sglang(?:==| version:? v?)(\d+\.\d+[\w.+-]*)",
-            ],
-        ),
-    },
-    "kv_capacity": {
-        "kv_tokens": (
-            "int",
-            [
-                r"#tokens: *(\d+)",
-                r"full_layer_tokens=(\d+)",
-                r"max_total_num_tokens=(\d+)",
-                r"GPU KV cache size: *([\d,]+) tokens",
-            ],
-        ),
-        "gpu_blocks": ("int", [r"GPU blocks: *(\d+)"]),
-        "kv_cache_bytes": (
-            "bytes",
-            [
-                r"kv_cache_size=" + _SIZE,
-                r"(?i)available KV cache memory:? *\(?" + _SIZE,
-                r"kv cache memory in use is " + _SIZE,
-            ],
-        ),
-    },
-}
-
-_TS_FULL = r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})"
-_TS_VLLM = r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})"
-_SGLANG = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[^\]]*\]|\[rank=\d+\]|ServerArgs\(|token_to_kv_pool|req_to_token_pool|(?:Prefill|Decode) batch|new fill batch|(?i:sglang)"
-_VLLM = r"(?:INFO|WARNING|ERROR|DEBUG) \d{2}-\d{2} \d{2}:\d{2}:\d{2} \[?\w+\.py:\d+\]|Engine \d+:|(?i:vllm)|\((?:APIServer|EngineCore\w*|VllmWorkerProcess|Worker\w*) pid=\d+\)"
+EVENT_TYPES = F.EVENT_TYPES
+_TEXT = pl.col("text")
 
 
-def _first(patterns: list[str], group: int = 1) -> pl.Expr:
-    col = pl.col("text")
-    exprs = [col.str.extract(p, group) for p in patterns]
+def _first(patterns: list[str], group: int = 1, col: str = "record") -> pl.Expr:
+    exprs = [pl.col(col).str.extract(p, group) for p in patterns]
     return pl.coalesce(exprs) if len(exprs) > 1 else exprs[0]
 
 
 def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
     if kind == "bytes":
         num = _first(patterns, 1).cast(pl.Float64, strict=False)
-        unit = _first(patterns, 2).replace_strict(_UNITS, default=None, return_dtype=pl.Float64)
+        unit = _first(patterns, 2).replace_strict(F.UNITS, default=None, return_dtype=pl.Float64)
         return (num * unit).round(0).cast(pl.Int64, strict=False)
     raw = _first(patterns)
     if kind == "int":
@@ -163,6 +50,8 @@ def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
         return raw.cast(pl.Float64, strict=False)
     if kind == "pct":
         return raw.cast(pl.Float64, strict=False) / 100.0
+    if kind == "lower":
+        return raw.str.to_lowercase().str.replace_all(" ", "_")
     if kind == "bool":
         return raw.str.to_lowercase().replace_strict(
             {"true": True, "fast": True, "false": False, "slow": False},
@@ -172,40 +61,135 @@ def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
     return raw
 
 
-def parse_frame(lines: pl.Series, engine: str = "auto", year: int | None = None) -> pl.DataFrame:
-    """One row per recognised event: line (1-based), event, engine, ts, and field columns."""
-    df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=1)
-    # comment lines ("# ...") are never events, except vLLM's "# GPU blocks: N"
-    text = pl.col("text")
-    df = df.filter(~text.str.contains(r"^\s*#") | text.str.contains(r"^\s*# GPU blocks:"))
+def _classify() -> pl.Expr:
     event = pl.lit(None, dtype=pl.String)
     for name in reversed(EVENT_TYPES):
-        event = (
-            pl.when(pl.col("text").str.contains(_RECOGNISE[name]))
-            .then(pl.lit(name))
-            .otherwise(event)
+        event = pl.when(_TEXT.str.contains(F.RECOGNISE[name])).then(pl.lit(name)).otherwise(event)
+    return event
+
+
+def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """Each event line joined with the lines that continue it (and, for an old
+    SGLang leak check, the ``available_size=`` line just before it)."""
+    n = df.height
+    texts = df["text"]
+    idx = events["line"].cast(pl.Int64) - 1
+    is_event = pl.Series("e", [False] * n).scatter(idx, True)
+    record = events["text"]
+    open_ = pl.Series([True] * events.height)
+    for k in range(1, F.MAX_CONTINUATION + 1):
+        pos = idx + k
+        at = pos.clip(0, n - 1)
+        nxt = texts.gather(at).fill_null("")
+        ok = (
+            open_
+            & (pos < n)
+            & (nxt.str.len_chars() > 0)
+            & ~nxt.str.contains(F.NEW_RECORD)
+            & ~is_event.gather(at)
         )
-    df = df.with_columns(event.alias("event")).filter(pl.col("event").is_not_null())
+        record = pl.select(pl.when(ok).then(record + " " + nxt).otherwise(record)).to_series()
+        open_ = ok
+    prev = texts.gather((idx - 1).clip(0, n - 1)).fill_null("")
+    before = (
+        (events["event"] == "kv_leak_check")
+        & (idx > 0)
+        & ~events["text"].str.contains("available")
+        & prev.str.contains(r"available_size=\d")
+    )
+    record = pl.select(pl.when(before).then(prev + " " + record).otherwise(record)).to_series()
+    return events.with_columns(record.alias("record"))
+
+
+def _utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
+    """'YYYY-MM-DD HH:MM:SS' + optional offset ('Z', '+0800', '+08:00') -> UTC datetime."""
+    off = offset.str.replace("^Z$", "+00:00").str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2")
+    aware = (stamp + off).str.to_datetime("%Y-%m-%d %H:%M:%S%:z", strict=False, time_zone="UTC")
+    naive = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+    if tz != "UTC":
+        naive = naive.dt.replace_time_zone(
+            tz, ambiguous="earliest", non_existent="null"
+        ).dt.convert_time_zone("UTC")
+    else:
+        naive = naive.dt.replace_time_zone("UTC")
+    return pl.when(offset.is_not_null()).then(aware).otherwise(naive)
+
+
+def _timestamps(ev: pl.DataFrame, year: int | None, tz: str) -> pl.DataFrame:
+    outer_date = _TEXT.str.extract(F.OUTER, 1)
+    outer_time = _TEXT.str.extract(F.OUTER, 2)
+    outer_off = _TEXT.str.extract(F.OUTER, 3)
+    ev = ev.with_columns(
+        _TEXT.str.replace(F.OUTER, "").alias("_rest"),
+        (outer_date + " " + outer_time).alias("_outer"),
+        outer_off.alias("_outer_off"),
+    )
+    rest = pl.col("_rest")
+    full = rest.str.extract(F.FULL, 1) + " " + rest.str.extract(F.FULL, 2)
+    full_off = rest.str.extract(F.FULL, 3)
+    md = rest.str.extract(F.MONTH_DAY, 1) + " " + rest.str.extract(F.MONTH_DAY, 2)
+    md_year = pl.lit(str(year)) if year else pl.col("_outer").str.slice(0, 4)
+    placeholder = md_year.is_null()
+    md_stamp = pl.coalesce(md_year, pl.lit("2000")) + "-" + md
+    stamp = pl.coalesce(full, md_stamp, pl.col("_outer"))
+    offset = (
+        pl.when(full.is_not_null())
+        .then(full_off)
+        .when(md.is_not_null())
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(pl.col("_outer_off"))
+    )
+    when = _utc(stamp, offset, tz)
+    no_year = full.is_null() & md.is_not_null() & placeholder
+    ts = (
+        pl.when(no_year)
+        .then(pl.lit("--") + when.dt.strftime("%m-%dT%H:%M:%S"))
+        .otherwise(when.dt.strftime("%Y-%m-%dT%H:%M:%S"))
+    )
+    return ev.with_columns(ts.alias("ts")).drop("_rest", "_outer", "_outer_off")
+
+
+def parse_frame(
+    lines: pl.Series, engine: str = "auto", year: int | None = None, *, tz: str = "UTC"
+) -> pl.DataFrame:
+    """One row per recognised event: line (1-based), event, engine, ts, and field columns.
+
+    ``tz`` names the zone of stamps that carry no offset (an IANA name; default UTC)."""
+    ZoneInfo(tz)  # an unknown zone fails here, naming it
+    df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=1)
+    df = df.with_columns(pl.col("text").fill_null(""))
+    # comment lines ("# ...") are never events, except vLLM's "# GPU blocks: N" (and cuda/npu...)
+    cand = df.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))
+    cand = cand.with_columns(_classify().alias("event")).filter(pl.col("event").is_not_null())
+    cand = cand.filter(~_TEXT.str.replace(F.OUTER, "").str.contains(F.CODE_LINE))
+    if cand.height == 0:
+        return pl.DataFrame(
+            schema={
+                "line": pl.UInt32,
+                "event": pl.String,
+                "engine": pl.String,
+                "ts": pl.String,
+                "text": pl.String,
+            }
+        )
+    cand = _records(df, cand)
     if engine == "auto":
         eng = (
-            pl.when(pl.col("text").str.contains(_SGLANG))
+            pl.when(_TEXT.str.contains(F.SGLANG))
             .then(pl.lit("sglang"))
-            .when(pl.col("text").str.contains(_VLLM))
+            .when(_TEXT.str.contains(F.VLLM))
             .then(pl.lit("vllm"))
             .otherwise(pl.lit(None, dtype=pl.String))
         )
     else:
         eng = pl.lit(engine)
-    full = pl.col("text").str.extract(_TS_FULL, 1) + "T" + pl.col("text").str.extract(_TS_FULL, 2)
-    md = pl.col("text").str.extract(_TS_VLLM, 1) + "T" + pl.col("text").str.extract(_TS_VLLM, 2)
-    md_ts = (pl.lit(str(year)) + "-" + md) if year else (pl.lit("--") + md)
-    df = df.with_columns(eng.alias("engine"), pl.coalesce(full, md_ts).alias("ts"))
+    cand = _timestamps(cand.with_columns(eng.alias("engine")), year, tz)
     parts = []
     for name in EVENT_TYPES:
-        sub = df.filter(pl.col("event") == name)
+        sub = cand.filter(pl.col("event") == name)
         if sub.height == 0:
             continue
-        fields = _FIELDS[name]
+        fields = F.FIELDS[name]
         sub = sub.with_columns(
             [_field_expr(kind, pats).alias(f) for f, (kind, pats) in fields.items()]
         )
@@ -214,24 +198,33 @@ def parse_frame(lines: pl.Series, engine: str = "auto", year: int | None = None)
                 pl.coalesce("kv_usage_ratio", "kv_usage_pct").alias("kv_usage_ratio")
             ).drop("kv_usage_pct")
         parts.append(sub)
-        if name == "server_args":  # a ServerArgs dump also states the image processor
-            fip = sub.filter(pl.col("disable_fast_image_processor").is_not_null()).select(
-                "line",
-                "text",
-                "engine",
-                "ts",
-                pl.lit("fast_image_processor").alias("event"),
-                (~pl.col("disable_fast_image_processor")).alias("enabled"),
-            )
-            parts.append(fip)
-    if not parts:
-        return df.select("line", "event", "engine", "ts", "text").clear()
-    out = pl.concat(parts, how="diagonal_relaxed")
+        if name == "server_args":
+            parts += _implied(sub)
+    out = pl.concat(parts, how="diagonal_relaxed").drop("record")
     # the engine of a line that does not say falls back to the file's majority
     known = out.filter(pl.col("engine").is_not_null())["engine"]
     if known.len():
         out = out.with_columns(pl.col("engine").fill_null(known.mode().sort()[0]))
     return out.sort("line", "event")
+
+
+def _implied(sub: pl.DataFrame) -> list[pl.DataFrame]:
+    """Events a configuration line states besides its flags: SGLang's ServerArgs says
+    whether the fast image processor is on; vLLM's engine-config line (and a version
+    line collapsed onto an args line) says the version."""
+    keep = ["line", "text", "engine", "ts"]
+    fip = sub.filter(pl.col("disable_fast_image_processor").is_not_null()).select(
+        *keep,
+        pl.lit("fast_image_processor").alias("event"),
+        (~pl.col("disable_fast_image_processor")).alias("enabled"),
+    )
+    version = _field_expr(*F.FIELDS["engine_version"]["version"])
+    ver = (
+        sub.with_columns(version.alias("version"))
+        .filter(pl.col("version").is_not_null())
+        .select(*keep, pl.lit("engine_version").alias("event"), "version")
+    )
+    return [d for d in (fip, ver) if d.height]
 
 
 def read_lines(path: str | Path) -> pl.Series:
@@ -258,7 +251,7 @@ def events(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:
     """JSON-ready events: {line, event, engine, ts, fields} with only the fields found."""
     cols = [c for c in frame.columns if c not in ("line", "event", "engine", "ts", "text")]
     for row in frame.iter_rows(named=True):
-        wanted = _FIELDS[row["event"]]
+        wanted = F.FIELDS[row["event"]]
         fields = {
             k: row[k]
             for k in cols
