@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "idle_util_pct": 5.0,  # GPU utilisation at or below this counts as idle
     "min_idle_s": 30,  # an idle window lasts at least this long
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
+    "log_activity_stale_s": 30,  # ... this, when it came from batch-stats log lines alone
     "step_noise_mib": 8,  # baseline steps below this are noise
     "proc_bin_s": 300,  # per-process figures (NVML, /proc) are averaged per bin of this width
     "alloc_bin_s": 300,  # allocator-probe floors are taken per bin of this width

@@ -386,7 +386,7 @@ SCENARIOS: dict[str, Scenario] = {
             static_fraction=0.85,
             req_rate=2.0,
             leak_gpus=(0,),
-            leak_mib_per_req=0.3,
+            leak_mib_per_req=0.1,
             expect_gpus={0: ("leak.gpu", "memory.threshold")},
             allow=("oom.forecast",),
         ),

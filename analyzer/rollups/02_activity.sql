@@ -69,12 +69,14 @@ FROM (
 GROUP BY ALL;
 
 -- Running requests per host over time, from /metrics and batch-stats lines.
+-- from_log: the reading came from the log only (servers print batch lines while
+-- busy and fall silent at idle, so such a reading goes stale sooner).
 CREATE OR REPLACE TABLE activity AS
-SELECT host, ts, max(running) AS running
+SELECT host, ts, max(running) AS running, bool_and(from_log) AS from_log
 FROM (
-    SELECT host, ts, value AS running FROM metric_norm WHERE metric = 'running'
+    SELECT host, ts, value AS running, false AS from_log FROM metric_norm WHERE metric = 'running'
     UNION ALL
-    SELECT host, ts, running_reqs FROM log_events WHERE event = 'batch_stats'
+    SELECT host, ts, running_reqs, true FROM log_events WHERE event = 'batch_stats'
 )
 WHERE running IS NOT NULL
 GROUP BY host, ts;

@@ -1,22 +1,26 @@
 -- The host's running requests at the end of each bucket: the last reading
--- before it, carried forward while fresh (a bucket-grid join, not an ASOF join
--- per GPU bucket).
+-- before it, carried forward while fresh ($activity_stale_s; $log_activity_stale_s
+-- for a reading from batch-stats log lines alone, which stop at idle) - a
+-- bucket-grid join, not an ASOF join per GPU bucket.
 CREATE OR REPLACE TABLE activity_grid AS
 WITH grid AS (SELECT DISTINCT host, bi FROM gpu_buckets),
 a AS (
     SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi,
-           arg_max(running, ts) AS running, max(ts) AS ts
+           arg_max(running, ts) AS running, max(ts) AS ts, arg_max(from_log, ts) AS from_log
     FROM activity GROUP BY ALL
 ),
 f AS (
     SELECT g.host, g.bi,
            last_value(a.running IGNORE NULLS) OVER w AS running,
-           last_value(a.ts IGNORE NULLS) OVER w AS ts
+           last_value(a.ts IGNORE NULLS) OVER w AS ts,
+           last_value(a.from_log IGNORE NULLS) OVER w AS from_log
     FROM grid g LEFT JOIN a USING (host, bi)
     WINDOW w AS (PARTITION BY g.host ORDER BY g.bi ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
 SELECT host, bi,
-       CASE WHEN (bi + 1) * $bucket_s - epoch(ts) <= $activity_stale_s THEN running END AS running
+       CASE WHEN (bi + 1) * $bucket_s - epoch(ts)
+                 <= CASE WHEN from_log THEN $log_activity_stale_s ELSE $activity_stale_s END
+            THEN running END AS running
 FROM f;
 
 -- Idle windows: consecutive buckets with the GPU near idle and no running
