@@ -6,7 +6,6 @@ collector_runs), 2 nothing written (usage, lock held, bucket unwritable).
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shlex
 import socket
@@ -18,7 +17,9 @@ from typing import Any, NoReturn
 import click
 
 from collector import __version__, exitcodes
+from collector.cli_import import import_
 from collector.probecli import probe
+from collector.promcli import prometheus
 
 DEFAULT_STATE = (
     Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "leakcollect"
@@ -31,15 +32,68 @@ def _die(msg: str) -> NoReturn:
 
 
 def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """Options from a TOML file become defaults; the command line still wins."""
+    """Options from a TOML file become defaults; the command line still wins.
+
+    Keys are the long option names (``metrics-url``) or their underscore forms
+    (``metrics_url``); repeatable options take a list. An unknown key is an error.
+    """
     if value is None:
         return None
     try:
         data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise click.BadParameter(f"{value}: {e}") from None
-    ctx.default_map = {k.replace("-", "_"): v for k, v in data.items()}
+    by_key: dict[str, click.Parameter] = {}
+    for p in ctx.command.params:
+        for opt in getattr(p, "opts", []):
+            if opt.startswith("--") and p.name not in ("config", "help", "quiet", "verbose"):
+                by_key[opt[2:]] = p
+                by_key[opt[2:].replace("-", "_")] = p
+    defaults: dict[str, Any] = {}
+    for key, v in data.items():
+        param = by_key.get(key)
+        if param is None or not param.name:
+            known = ", ".join(sorted(k for k in by_key if "_" not in k))
+            raise click.BadParameter(f"{value}: unknown key {key!r} (known keys: {known})")
+        if getattr(param, "multiple", False) and isinstance(v, str):
+            v = [v]
+        defaults[param.name] = v
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
+
+
+def _set_verbosity(delta: int) -> Any:
+    def cb(ctx: click.Context, _p: click.Parameter, value: Any) -> None:
+        if value:
+            root = ctx.find_root()
+            root.meta["verbosity"] = root.meta.get("verbosity", 0) + delta * int(value)
+
+    return cb
+
+
+def verbosity(f: Any) -> Any:
+    """-q/--quiet and -v/--verbose, on every command."""
+    f = click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_set_verbosity(1),
+        help="More detail on stderr.",
+    )(f)
+    return click.option(
+        "-q",
+        "--quiet",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_verbosity(-1),
+        help="Only failures on stderr.",
+    )(f)
+
+
+def _level() -> int:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_root().meta.get("verbosity", 0) if ctx else 0
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,76 +101,129 @@ def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> s
 def cli() -> None:
     """Sample GPU hosts (NVML, /proc, server logs, /metrics) into a trace bucket.
 
-    Run from cron every minute: `leakcollect cron-line` prints the line.
+    \b
+    Examples:
+      leakcollect run --once --bucket /data/traces --log /var/log/sglang.log
+      leakcollect cron-line --bucket /data/traces --log /var/log/sglang.log
+      leakcollect import nvidia-smi-csv smi.csv --host gpu-7 --bucket /data/traces
+
+    \b
+    Exit codes:
+      0  every source written
+      1  some sources failed (each reason on stderr and in collector_runs)
+      2  nothing written (usage error, unknown config key, lock held, bucket unwritable)
     """
 
 
-@cli.command()
-@click.option(
-    "--config",
-    callback=_config,
-    is_eager=True,
-    expose_value=False,
-    type=click.Path(dir_okay=False),
-    help="TOML file with any of these options (bucket = ..., log = [...]).",
+# The collection options, declared once: run, cron-line and systemd-units share them.
+COLLECT_OPTIONS = [
+    click.option(
+        "--config",
+        callback=_config,
+        is_eager=True,
+        type=click.Path(dir_okay=False, exists=True),
+        help="TOML file with any of these options, keyed by long name: "
+        'bucket = "/data/traces", log = ["/var/log/sglang.log"], metrics-url = [...].',
+    ),
+    click.option(
+        "--bucket",
+        required=True,
+        help="Bucket to write traces into: a folder or s3://bucket/prefix.",
+    ),
+    click.option(
+        "--host",
+        default=lambda: socket.gethostname(),
+        show_default="this host's name",
+        help="Host name (the bucket's host= partition).",
+    ),
+    click.option(
+        "--interval",
+        default=10.0,
+        show_default=True,
+        type=click.FloatRange(0.1, 3600),
+        help="Seconds between samples.",
+    ),
+    click.option(
+        "--duration",
+        default=55.0,
+        show_default=True,
+        type=click.FloatRange(0, 86400),
+        help="Seconds to sample before writing (55: one run per minute from cron).",
+    ),
+    click.option(
+        "--log",
+        "logs",
+        multiple=True,
+        type=click.Path(dir_okay=False),
+        help="Server log to tail from a saved cursor (repeatable; survives rotation).",
+    ),
+    click.option(
+        "--metrics-url",
+        "metrics_urls",
+        multiple=True,
+        help="Prometheus /metrics URL of the server (repeatable).",
+    ),
+    click.option(
+        "--metrics-timeout",
+        default=2.0,
+        show_default=True,
+        type=click.FloatRange(0.1, 60),
+        help="Seconds a /metrics scrape may take in all.",
+    ),
+    click.option(
+        "--proc-root",
+        default="/proc",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="procfs to read (a container's host /proc mounted elsewhere).",
+    ),
+    click.option("--no-gpu", is_flag=True, help="Skip NVML on purpose (no GPU on this host)."),
+    click.option(
+        "--probe-spool",
+        type=click.Path(file_okay=False),
+        help="The allocator probe's spool folder (see `leakcollect probe env`): move its records in.",
+    ),
+    click.option(
+        "--probe-url",
+        "probe_urls",
+        multiple=True,
+        help="Send one tiny request per run and record its latency: /health, /v1/models, "
+        "or .../chat/completions for a 1-token completion (repeatable).",
+    ),
+    click.option(
+        "--probe-timeout",
+        default=10.0,
+        show_default=True,
+        type=click.FloatRange(0.1, 300),
+        help="Seconds the --probe-url request may take.",
+    ),
+    click.option("--probe-model", help="Model name for a completion --probe-url."),
+    click.option(
+        "--state-dir",
+        default=str(DEFAULT_STATE),
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="Lock file, log cursors and (from cron) the collector's own log; "
+        "$XDG_STATE_HOME/leakcollect, no root needed.",
+    ),
+]
+
+
+def collect_options(f: Any) -> Any:
+    for opt in reversed(COLLECT_OPTIONS):
+        f = opt(f)
+    return f
+
+
+@cli.command(
+    epilog="Exit codes: 0 every source written, 1 some failed (reasons on stderr), "
+    "2 nothing written."
 )
-@click.option("--bucket", required=True, help="Bucket folder to write traces into.")
-@click.option(
-    "--host",
-    default=lambda: socket.gethostname(),
-    show_default="this host's name",
-    help="Host name.",
-)
-@click.option(
-    "--interval",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(0.1, 3600),
-    help="Seconds between samples.",
-)
-@click.option(
-    "--duration",
-    default=55.0,
-    show_default=True,
-    type=click.FloatRange(0, 86400),
-    help="Seconds to sample.",
-)
+@collect_options
 @click.option("--once", is_flag=True, help="Take one sample and stop.")
-@click.option(
-    "--log",
-    "logs",
-    multiple=True,
-    type=click.Path(dir_okay=False),
-    help="Server log to tail (repeatable).",
-)
-@click.option(
-    "--metrics-url", "metrics_urls", multiple=True, help="Prometheus /metrics URL (repeatable)."
-)
-@click.option("--metrics-timeout", default=2.0, show_default=True, type=click.FloatRange(0.1, 60))
-@click.option("--proc-root", default="/proc", show_default=True, type=click.Path(file_okay=False))
-@click.option("--no-gpu", is_flag=True, help="Skip NVML on purpose.")
-@click.option(
-    "--probe-spool",
-    type=click.Path(file_okay=False),
-    help="The allocator probe's spool folder (see `leakcollect probe env`): move its records in.",
-)
-@click.option(
-    "--probe-url",
-    "probe_urls",
-    multiple=True,
-    help="Send one tiny request per run and record its latency: /health, /v1/models, "
-    "or .../chat/completions for a 1-token completion (repeatable).",
-)
-@click.option("--probe-timeout", default=10.0, show_default=True, type=click.FloatRange(0.1, 300))
-@click.option("--probe-model", help="Model name for a completion --probe-url.")
-@click.option(
-    "--state-dir",
-    default=str(DEFAULT_STATE),
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Lock file and log cursors.",
-)
+@verbosity
 def run(
+    config: str | None,
     bucket: str,
     host: str,
     interval: float,
@@ -133,8 +240,22 @@ def run(
     probe_model: str | None,
     state_dir: str,
 ) -> None:
-    """Sample for --duration seconds, then write one file per table."""
+    """Sample for --duration seconds, then write one file per table.
+
+    \b
+    Examples:
+      leakcollect run --once --no-gpu --bucket /tmp/traces      # try it anywhere
+      leakcollect run --bucket /data/traces --log /var/log/sglang.log \
+          --metrics-url http://127.0.0.1:30000/metrics
+      leakcollect run --config /etc/leakcollect.toml
+    """
     from collector.run import Config, LockHeld, acquire_lock, collect
+
+    level = _level()
+
+    def say(msg: str) -> None:
+        if level >= 0 or " failed" in msg or "cannot" in msg:
+            click.echo(msg, err=True)
 
     state = Path(state_dir)
     try:
@@ -160,49 +281,92 @@ def run(
             probe_timeout=probe_timeout,
             probe_model=probe_model,
         )
-        sys.exit(collect(cfg))
+        sys.exit(collect(cfg, say=say))
     finally:
         lock.close()
 
 
+def _run_args(ctx: click.Context) -> list[str]:
+    """The options given to this command, as arguments for `leakcollect run`."""
+    out: list[str] = []
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p.name in (None, "help", "quiet", "verbose"):
+            continue
+        source = ctx.get_parameter_source(p.name)
+        if source not in (
+            click.core.ParameterSource.COMMANDLINE,
+            click.core.ParameterSource.ENVIRONMENT,
+        ):
+            continue
+        value = ctx.params.get(p.name)
+        flag = p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
+        if p.is_flag:
+            if value:
+                out.append(flag)
+        elif p.multiple:
+            out += [f"{flag} {shlex.quote(str(v))}" for v in value or ()]
+        elif value is not None:
+            v = str(Path(value).absolute()) if p.name in ("config", "state_dir") else str(value)
+            out.append(f"{flag} {shlex.quote(v)}")
+    return out
+
+
+def _exe() -> str:
+    return str(Path(sys.argv[0]).resolve()) if sys.argv and sys.argv[0] else "leakcollect"
+
+
 @cli.command("cron-line")
-@click.option("--bucket", required=True)
-@click.option("--log", "logs", multiple=True)
-@click.option("--metrics-url", "metrics_urls", multiple=True)
-@click.option("--probe-spool", help="The allocator probe's spool folder.")
-@click.option("--probe-url", "probe_urls", multiple=True)
-def cron_line(
-    bucket: str,
-    logs: tuple[str, ...],
-    metrics_urls: tuple[str, ...],
-    probe_spool: str | None,
-    probe_urls: tuple[str, ...],
-) -> None:
-    """Print a crontab line: every minute, sampling for 55 s."""
-    exe = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else "leakcollect"
-    args = [
-        f"--bucket {shlex.quote(bucket)}",
-        *[f"--log {shlex.quote(x)}" for x in logs],
-        *[f"--metrics-url {shlex.quote(x)}" for x in metrics_urls],
-        *([f"--probe-spool {shlex.quote(probe_spool)}"] if probe_spool else []),
-        *[f"--probe-url {shlex.quote(x)}" for x in probe_urls],
-    ]
-    cmd = f"{exe} run --duration 55 {' '.join(args)} >>/var/log/leakcollect.log 2>&1"
-    click.echo("* * * * * " + cmd.replace("%", "\\%"))  # cron turns a bare % into a newline
+@collect_options
+@verbosity
+@click.pass_context
+def cron_line(ctx: click.Context, **_: Any) -> None:
+    """Print a crontab line: every minute, sampling for 55 s, with these options.
+
+    Takes the same options as `run` (or --config). The collector's own output goes
+    to leakcollect.log in --state-dir, which needs no root. Install it with the
+    command printed on stderr.
+
+    \b
+    Example:
+      leakcollect cron-line --bucket /data/traces --log /var/log/sglang.log
+    """
+    state = Path(ctx.params["state_dir"]).absolute()
+    args = " ".join(_run_args(ctx))
+    log = shlex.quote(str(state / "leakcollect.log"))
+    cmd = f"mkdir -p {shlex.quote(str(state))} && {_exe()} run {args} >>{log} 2>&1"
+    line = "* * * * * " + cmd.replace("%", "\\%")  # cron turns a bare % into a newline
+    click.echo(line)
+    if _level() >= 0:
+        click.echo(
+            "# install it for this user:\n#   (crontab -l 2>/dev/null; leakcollect cron-line "
+            + args
+            + ") | crontab -",
+            err=True,
+        )
 
 
 @cli.command("systemd-units")
-@click.option("--bucket", required=True)
-def systemd_units(bucket: str) -> None:
-    """Print a leakcollect.service and leakcollect.timer pair (every minute)."""
-    exe = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else "leakcollect"
+@collect_options
+@verbosity
+@click.pass_context
+def systemd_units(ctx: click.Context, **_: Any) -> None:
+    """Print a leakcollect.service and leakcollect.timer pair (every minute) with these options.
+
+    Takes the same options as `run` (or --config); output goes to the journal.
+    The commands that install them are printed on stderr.
+
+    \b
+    Example:
+      leakcollect systemd-units --config /etc/leakcollect.toml
+    """
+    args = " ".join(_run_args(ctx))
     click.echo(f"""# /etc/systemd/system/leakcollect.service
 [Unit]
 Description=leakcollect: sample GPU memory into the trace bucket
 
 [Service]
 Type=oneshot
-ExecStart={exe} run --duration 55 --bucket {bucket}
+ExecStart={_exe()} run {args}
 
 # /etc/systemd/system/leakcollect.timer
 [Unit]
@@ -214,80 +378,17 @@ AccuracySec=1s
 
 [Install]
 WantedBy=timers.target""")
-
-
-@cli.group("import")
-def import_() -> None:
-    """Load data you already have into a bucket."""
-
-
-def _write(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> None:
-    from collector.writer import BucketWriter
-
-    try:
-        files = BucketWriter(bucket, host).write(table, rows)
-    except (OSError, ValueError) as e:
-        _die(f"cannot write {table} to {bucket}: {e}")
-    click.echo(f"{len(rows)} rows into {len(files)} files of {table}", err=True)
-
-
-@import_.command("nvidia-smi-csv")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--host", required=True)
-@click.option("--bucket", required=True)
-@click.option(
-    "--start", help="ISO time of the first sample (when the file has no timestamp column)."
-)
-@click.option(
-    "--interval", default=1.0, show_default=True, type=float, help="Seconds between samples (-l N)."
-)
-@click.option("--columns", help="Header for noheader output, e.g. 'index,memory.used [MiB]'.")
-def import_smi(
-    file: str, host: str, bucket: str, start: str | None, interval: float, columns: str | None
-) -> None:
-    """nvidia-smi --query-gpu=... --format=csv [-l N] output."""
-    from collector.importers import ImportError_, nvidia_smi_csv
-
-    try:
-        t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
-        if t0 and t0.tzinfo is None:
-            t0 = t0.replace(tzinfo=dt.UTC)
-        rows = nvidia_smi_csv(file, host, start=t0, interval=interval, columns=columns)
-    except (ImportError_, ValueError) as e:
-        _die(str(e))
-    _write(bucket, host, "gpu_samples", rows)
-
-
-@import_.command("gpu-memory-log")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--host", required=True)
-@click.option("--bucket", required=True)
-@click.option("--gpu", default=0, show_default=True, type=int)
-@click.option("--total-mib", type=float, help="The GPU's memory, if known.")
-def import_memlog(file: str, host: str, bucket: str, gpu: int, total_mib: float | None) -> None:
-    """'<ISO-8601 time> <MiB>' lines."""
-    from collector.importers import ImportError_, gpu_memory_log
-
-    try:
-        rows = gpu_memory_log(file, host, gpu=gpu, total_mib=total_mib)
-    except ImportError_ as e:
-        _die(str(e))
-    _write(bucket, host, "gpu_samples", rows)
-
-
-@import_.command("server-log")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--host", required=True)
-@click.option("--bucket", required=True)
-@click.option("--year", type=int, help="Year for timestamps without one (vLLM's MM-DD).")
-def import_log(file: str, host: str, bucket: str, year: int | None) -> None:
-    """A whole past SGLang / vLLM server log."""
-    from collector.importers import server_log
-
-    _write(bucket, host, "log_lines", server_log(file, host, year=year))
+    if _level() >= 0:
+        click.echo(
+            "# install: save the two units above under /etc/systemd/system/, then\n"
+            "#   systemctl daemon-reload && systemctl enable --now leakcollect.timer",
+            err=True,
+        )
 
 
 cli.add_command(probe)
+cli.add_command(import_)
+import_.add_command(prometheus)
 
 
 def main() -> None:

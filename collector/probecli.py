@@ -31,8 +31,20 @@ def probe() -> None:
     type=click.Path(file_okay=False),
     help="Folder the probe writes to (give the same to `leakcollect run --probe-spool`).",
 )
-@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.05, 3600))
-@click.option("--max-mb", default=64, show_default=True, type=click.IntRange(1, 1 << 20))
+@click.option(
+    "--interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.05, 3600),
+    help="Seconds between the probe's records.",
+)
+@click.option(
+    "--max-mb",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 1 << 20),
+    help="Most MiB the spool may hold; records past it are dropped and counted.",
+)
 @click.option(
     "--format",
     "fmt",
@@ -46,6 +58,7 @@ def env(spool: str, interval: float, max_mb: int, fmt: str) -> None:
     """Print the environment that loads the probe into every Python process of a server.
 
     \b
+    Example:
     eval "$(leakcollect probe env)"   # then start the server in this shell
     python -m sglang.launch_server ...
 
@@ -72,7 +85,13 @@ def env(spool: str, interval: float, max_mb: int, fmt: str) -> None:
 
 @probe.command("snapshot")
 @click.option("--pid", required=True, type=click.IntRange(1), help="The server process.")
-@click.option("--spool", default=DEFAULT_SPOOL, show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--spool",
+    default=DEFAULT_SPOOL,
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The probe's spool folder (as given to `probe env`).",
+)
 @click.option(
     "--seconds",
     default=30.0,
@@ -80,7 +99,13 @@ def env(spool: str, interval: float, max_mb: int, fmt: str) -> None:
     type=click.FloatRange(1, 3600),
     help="How long to record allocation history before writing the snapshot.",
 )
-@click.option("--max-entries", default=100_000, show_default=True, type=click.IntRange(1000))
+@click.option(
+    "--max-entries",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="Most allocation-history entries the snapshot keeps.",
+)
 @click.option("--wait", is_flag=True, help="Wait until the snapshot file is there.")
 def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool) -> None:
     """Ask the probe in process PID for a PyTorch memory snapshot.
@@ -89,6 +114,10 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     snapshot-<host>-<pid>-<time>.pickle into the spool folder; the next
     `leakcollect run --probe-spool` moves it into the bucket. Open it at
     https://pytorch.org/memory_viz.
+
+    \b
+    Example:
+      leakcollect probe snapshot --pid 12345 --seconds 30 --wait
     """
     folder = Path(spool)
     if not folder.is_dir():

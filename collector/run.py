@@ -184,6 +184,19 @@ def _break_stale(path: Path, guard: Path, say: Callable[[str], None]) -> None:
             os.unlink(path)
 
 
+def _restamp(state_dir: Path, hold_s: float) -> None:
+    """Write this run's own limit into the lock this process holds (if it holds one)."""
+    path = state_dir / LOCK
+    try:
+        with open(path, "r+") as f:
+            if f.read().split()[:2] == ["pid", str(os.getpid())]:
+                f.seek(0)
+                f.truncate()
+                f.write(f"pid {os.getpid()} until={time.time() + hold_s:.0f}\n")
+    except (OSError, IndexError):
+        pass  # no lock (a library caller): nothing to restamp
+
+
 def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None = None) -> int:
     """Run once; returns an exit code from :mod:`collector.exitcodes`."""
     return collect_run(cfg, nvml_lib, say).code
@@ -211,6 +224,7 @@ def collect_run(
             t.start()
 
     old = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    _restamp(cfg.state_dir, cfg.limit_s + 5)  # a lock past this is stale: see acquire_lock
     watchdog = threading.Timer(cfg.limit_s, bail, (f"still running after {cfg.limit_s:.0f} s",))
     watchdog.daemon = True
     watchdog.start()
@@ -337,7 +351,11 @@ def _write(
         result.code = exitcodes.NOTHING
         result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
         return
-    logtail.save_cursors(cfg.state_dir / "log-cursors.json", got.cursors)
+    try:
+        if cfg.logs:
+            logtail.save_cursors(cfg.state_dir / "log-cursors.json", got.cursors)
+    except OSError as e:  # the lines are in the bucket: the next run reads them again, deduped
+        ledger.fail("logs", f"cannot save the log cursor in {cfg.state_dir}: {e.strerror or e}")
     for f in drained.files + drained.snapshots:  # only now that the bucket has them
         try:
             f.unlink()

@@ -225,7 +225,8 @@ def test_config_file_and_cron_line(tmp_path) -> None:
     r = leakcollect("run", "--config", str(cfg))
     assert r.returncode == exitcodes.OK, r.stderr
     line = leakcollect("cron-line", "--bucket", "/data/traces").stdout
-    assert line.startswith("* * * * * ") and "--duration 55" in line
+    assert line.startswith("* * * * * ") and " run --bucket /data/traces" in line
+    assert "/var/log" not in line and "leakcollect.log" in line  # no root needed
     units = leakcollect("systemd-units", "--bucket", "/data/traces").stdout
     assert "[Timer]" in units and "OnCalendar" in units
     url = "http://127.0.0.1:30000/v1/chat/completions?q=a%20b"
@@ -434,7 +435,7 @@ def test_sigterm_ends_a_run_in_under_two_seconds_and_loses_no_log_line(tmp_path,
 
 
 def test_a_stale_lock_is_taken_over_and_a_live_one_is_not(tmp_path) -> None:
-    from collector.run import LockHeld, acquire_lock
+    from collector.run import LockHeld, _restamp, acquire_lock
 
     st = tmp_path / "st"
     st.mkdir()
@@ -457,6 +458,10 @@ def test_a_stale_lock_is_taken_over_and_a_live_one_is_not(tmp_path) -> None:
         assert said and "taking over" in said[0] and "until=1000" in said[0]
         with pytest.raises(LockHeld, match="another leakcollect run holds"):
             acquire_lock(st, hold_s=60, say=said.append)  # ours is fresh: no takeover
+        # a run writes its own limit over the default one (a --duration 3600 run is not stale)
+        _restamp(st, 7200)
+        until = float((st / "leakcollect.lock").read_text().split("until=")[1])
+        assert 7100 < until - time.time() < 7300
         lock.close()
     finally:
         holder.kill()

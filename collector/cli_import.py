@@ -1,0 +1,162 @@
+"""``leakcollect import``: load data a team already has into a bucket."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, NoReturn
+
+import click
+
+from collector import exitcodes
+
+TZ_HELP = (
+    "Time zone of timestamps that carry none (nvidia-smi and most servers print local "
+    "time), e.g. Europe/Berlin or +02:00. Default: UTC."
+)
+
+
+def _die(msg: str) -> NoReturn:
+    click.echo(f"leakcollect: {msg}", err=True)
+    raise SystemExit(exitcodes.NOTHING)
+
+
+def _write(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> None:
+    from collector.writer import BucketWriter
+
+    if not rows:
+        return
+    try:
+        files = BucketWriter(bucket, host).write(table, rows)
+    except (OSError, ValueError) as e:
+        _die(f"cannot write {table} to {bucket}: {e}")
+    n_files = f"{len(files)} file" + ("" if len(files) == 1 else "s")
+    click.echo(f"{len(rows)} rows into {n_files} of {table}", err=True)
+
+
+_HOST = click.option(
+    "--host", required=True, help="Host name the rows belong to (the bucket's host= partition)."
+)
+_BUCKET = click.option(
+    "--bucket", required=True, help="Bucket to write into: a folder or s3://bucket/prefix."
+)
+_TZ = click.option("--tz", help=TZ_HELP)
+
+
+@click.group("import")
+def import_() -> None:
+    """Load data you already have into a bucket (nvidia-smi logs, server logs, Prometheus).
+
+    \b
+    Example (nvidia-smi log plus the server's log, then a report):
+      leakcollect import nvidia-smi-csv smi.csv --host gpu-7 --bucket B --tz Europe/Berlin
+      leakcollect import server-log sglang.log --host gpu-7 --bucket B --tz Europe/Berlin
+      leakreport report B --out report.html
+    """
+
+
+@import_.command("nvidia-smi-csv")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@_HOST
+@_BUCKET
+@click.option(
+    "--start", help="ISO time of the first sample (when the file has no timestamp column)."
+)
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.001),
+    help="Seconds between samples (nvidia-smi -l N), used with --start.",
+)
+@click.option(
+    "--columns",
+    help="Header for noheader output, e.g. 'index,memory.used [MiB]' (values without a unit "
+    "are read in the header's unit, MiB when it has none).",
+)
+@_TZ
+def import_smi(
+    file: str,
+    host: str,
+    bucket: str,
+    start: str | None,
+    interval: float,
+    columns: str | None,
+    tz: str | None,
+) -> None:
+    """nvidia-smi --query-gpu=... --format=csv [-l N] output, also mixed with other text.
+
+    Rows of a --query-compute-apps section become per-process rows; banners, tables
+    and blank lines are skipped and counted.
+
+    \b
+    Example:
+      nvidia-smi --query-gpu=timestamp,index,uuid,memory.used,memory.total,utilization.gpu \\
+        --format=csv -l 10 > smi.csv
+      leakcollect import nvidia-smi-csv smi.csv --host gpu-7 --bucket /data/traces
+    """
+    from collector.importers import ImportError_, read_nvidia_smi_csv
+
+    try:
+        t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
+        if t0 and t0.tzinfo is None:
+            t0 = t0.replace(tzinfo=dt.UTC)
+        got = read_nvidia_smi_csv(file, host, start=t0, interval=interval, columns=columns, tz=tz)
+    except (ImportError_, ValueError) as e:
+        _die(str(e))
+    click.echo(f"{file}: {got.summary()}", err=True)
+    if not got.rows and not got.processes:
+        _die(f"{file}: no nvidia-smi rows found")
+    _write(bucket, host, "gpu_samples", got.rows)
+    _write(bucket, host, "gpu_processes", got.processes)
+
+
+@import_.command("gpu-memory-log")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@_HOST
+@_BUCKET
+@click.option("--gpu", default=0, show_default=True, type=int, help="GPU index of the values.")
+@click.option("--total-mib", type=float, help="The GPU's memory in MiB, if known.")
+@_TZ
+def import_memlog(
+    file: str, host: str, bucket: str, gpu: int, total_mib: float | None, tz: str | None
+) -> None:
+    """'<time> <MiB>' lines, or a `date; nvidia-smi --query-gpu=memory.used` loop.
+
+    \b
+    Example:
+      leakcollect import gpu-memory-log mem.log --host gpu-7 --bucket B --total-mib 81559
+    """
+    from collector.importers import ImportError_, read_gpu_memory_log
+
+    try:
+        got = read_gpu_memory_log(file, host, gpu=gpu, total_mib=total_mib, tz=tz)
+    except (ImportError_, ValueError) as e:
+        _die(str(e))
+    click.echo(f"{file}: {got.summary()}", err=True)
+    if not got.rows:
+        _die(f"{file}: no memory samples found")
+    _write(bucket, host, "gpu_samples", got.rows)
+
+
+@import_.command("server-log")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@_HOST
+@_BUCKET
+@click.option("--year", type=int, help="Year for timestamps without one (vLLM's MM-DD).")
+@_TZ
+def import_log(file: str, host: str, bucket: str, year: int | None, tz: str | None) -> None:
+    """A whole past SGLang / vLLM server log (the lines the analyzer reads).
+
+    \b
+    Example:
+      leakcollect import server-log /var/log/sglang.log --host gpu-7 --bucket B
+    """
+    from collector.importers import ImportError_, server_log
+
+    try:
+        rows = server_log(file, host, year=year, tz=tz)
+    except (ImportError_, ValueError, OSError) as e:
+        _die(f"{file}: {e}")
+    if not rows:
+        click.echo(f"{file}: no line matched a known server-log signature", err=True)
+    _write(bucket, host, "log_lines", rows)

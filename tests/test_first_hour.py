@@ -1,0 +1,243 @@
+"""What a new user meets in the first hour: exit codes that do not read "healthy" when
+nothing was checked, words that say what happened, help that explains, config files
+that refuse what they do not know."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from analyzer import exitcodes
+
+
+def run(module: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def leakreport(*args: str) -> subprocess.CompletedProcess[str]:
+    return run("leakreport", *args)
+
+
+def leakcollect(*args: str) -> subprocess.CompletedProcess[str]:
+    return run("collector.cli", *args)
+
+
+@pytest.fixture(scope="module")
+def small_bucket(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from simulator.generate import simulate
+
+    b = tmp_path_factory.mktemp("first") / "bucket"
+    simulate("healthy-static", b, hosts=1, hours=1, seed=3)
+    return b
+
+
+@pytest.mark.parametrize(
+    "case,args,reason",
+    [
+        ("empty bucket", ["{empty}"], "the bucket holds no trace files"),
+        ("unmatched host", ["{bucket}", "--host", "nope"], "--host nope matches no host"),
+        ("since past data", ["{bucket}", "--since", "2031-01-01"], "--since 2031-01-01"),
+        (
+            "errored rule",
+            ["{bucket}", "--pack", "{broken_pack}"],
+            "rule ZZ001 errored",
+        ),
+    ],
+)
+def test_incomplete_analyses_exit_3_and_say_why(
+    small_bucket: Path, tmp_path: Path, case: str, args: list[str], reason: str
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pack = tmp_path / "pack"
+    (pack / "rules").mkdir(parents=True)
+    (pack / "pack.toml").write_text('name = "broken"\nversion = "1"\n')
+    (pack / "rules" / "ZZ001.sql").write_text(
+        '/*---\nid = "ZZ001"\nname = "x.y"\ntitle = "t"\ncategory = "leak.gpu"\n'
+        'severity = "warning"\nrequires = ["gpu_samples"]\nevidence = []\n'
+        'description = "d"\nremediation = "r"\n---*/\nSELECT host, summary FROM no_such_table\n'
+    )
+    argv = [
+        a.format(bucket=small_bucket, empty=empty, broken_pack=pack) for a in ["analyze", *args]
+    ]
+    r = leakreport(*argv, "--format", "json", "-q")
+    assert r.returncode == exitcodes.INCOMPLETE, (case, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert reason in r.stderr, r.stderr
+    doc = json.loads(r.stdout)  # the reasons are in the document too
+    assert any(reason in x for x in doc["run"]["incomplete"]), doc["run"]["incomplete"]
+
+
+def test_not_a_bucket_is_a_usage_error() -> None:
+    r = leakreport("analyze", "/etc")
+    assert r.returncode == exitcodes.ERROR
+    assert "not a trace bucket" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_complete_clean_analysis_exits_0_and_the_table_has_a_header(small_bucket) -> None:
+    r = leakreport("analyze", str(small_bucket), "-q")
+    assert r.returncode == exitcodes.OK, r.stderr
+    first, *rest = r.stdout.splitlines()
+    assert first.startswith("0 findings over 1 host ")  # pluralised
+    assert any(line.startswith("rules: 0 fired, ") and "clean" in line for line in rest)
+    assert "failed" not in r.stdout and "passed" not in r.stdout
+    assert r.stderr == ""  # -q: nothing but errors
+
+
+def test_progress_goes_to_stderr_in_plain_lines_when_not_a_terminal(small_bucket) -> None:
+    r = leakreport("analyze", str(small_bucket), "--format", "json")
+    json.loads(r.stdout)
+    assert "rules 17/17 done" in r.stderr or "rules " in r.stderr
+    v = leakreport("analyze", str(small_bucket), "--format", "json", "-v")
+    assert "GM001 clean" in v.stderr  # -v names every rule and its status
+
+
+def test_empty_week_writes_a_page_that_says_so_and_exits_3(small_bucket, tmp_path) -> None:
+    out = tmp_path / "fleet.html"
+    r = leakreport("fleet", str(small_bucket), "--week", "2030-W01", "--out", str(out), "-q")
+    assert r.returncode == exitcodes.INCOMPLETE, r.stderr
+    assert "no data for week 2030-W01" in r.stderr
+    assert out.exists()
+
+
+def test_memory_limit_is_validated_before_it_reaches_sql(small_bucket) -> None:
+    r = leakreport(
+        "analyze", str(small_bucket), "--memory-limit", "1GB'; COPY (SELECT 1) TO '/tmp/x"
+    )
+    assert r.returncode == exitcodes.ERROR and "not a size" in r.stderr
+
+
+def test_report_refuses_a_json_array_and_a_full_disk_in_one_line(small_bucket, tmp_path) -> None:
+    arr = tmp_path / "a.json"
+    arr.write_text("[1, 2]")
+    r = leakreport("report", str(arr), "--out", str(tmp_path / "r.html"))
+    assert r.returncode == exitcodes.ERROR and "not a findings document" in r.stderr
+    assert "Traceback" not in r.stderr
+    if Path("/dev/full").exists():
+        r = leakreport("analyze", str(small_bucket), "-q", "--out", "/dev/full/x.json")
+        assert r.returncode == exitcodes.ERROR and "cannot write" in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_simulate_list_needs_no_out_and_hosts_means_hosts(tmp_path) -> None:
+    r = leakreport("simulate", "--list")
+    assert r.returncode == 0 and "healthy-static" in r.stdout
+    r = leakreport("simulate", "--hosts", "2", "--out", str(tmp_path / "b"))
+    assert r.returncode == exitcodes.ERROR and "fewer than the" in r.stderr
+    r = leakreport(
+        "simulate", "--scenario", "healthy-static", "--hosts", "2", "--hours", "0.2",
+        "--out", str(tmp_path / "b2"), "-q",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    hosts = {p.name for p in (tmp_path / "b2" / "gpu_samples").glob("date=*/host=*")}
+    assert len(hosts) == 2
+
+
+def test_markdown_carries_the_first_remedy() -> None:
+    from analyzer.findings import Finding, FindingsDocument, RunInfo
+    from analyzer.outputs import first_remedy, markdown
+
+    text = "A. Restart with --disable-fast-image-processor: slower.\nB. Lower it.\nC. Upgrade."
+    assert first_remedy(text) == "A. Restart with --disable-fast-image-processor: slower."
+    doc = FindingsDocument(run=RunInfo("b", None, None, [], "2026-01-01T00:00:00Z", "0"))
+    doc.findings.append(
+        Finding("GM001", "leak.gpu", "warning", "h", 0, None, None, None, "s", {}, text)
+    )
+    assert "what to do: A. Restart" in markdown(doc)
+
+
+def test_textfile_has_a_timestamp_and_a_success_gauge() -> None:
+    import datetime as dt
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from analyzer.findings import FindingsDocument, HostInfo, RunInfo
+    from analyzer.outputs import textfile
+
+    doc = FindingsDocument(run=RunInfo("b", None, None, [], "2026-01-01T00:00:00Z", "0"))
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    fams = {f.name: f for f in text_string_to_metric_families(textfile(doc, now))}
+    assert fams["leakreport_last_run_timestamp_seconds"].samples[0].value == now.timestamp()
+    assert fams["leakreport_last_run_success"].samples[0].value == 0  # no host: incomplete
+    doc.hosts.append(HostInfo("h"))
+    fams = {f.name: f for f in text_string_to_metric_families(textfile(doc, now))}
+    assert fams["leakreport_last_run_success"].samples[0].value == 1
+
+
+def _walk(cmd: click.Command, path: str):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _walk(sub, f"{path} {name}")
+
+
+@pytest.mark.parametrize("prog", ["leakreport", "leakcollect"])
+def test_every_option_has_help_and_every_command_an_example(prog: str) -> None:
+    if prog == "leakreport":
+        from leakreport.cli import cli
+    else:
+        from collector.cli import cli
+    missing, no_example = [], []
+    for path, cmd in _walk(cli, prog):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not (p.help or "").strip():
+                missing.append(f"{path} {p.opts[-1]}")
+        if isinstance(cmd, click.Group) and path != prog:
+            continue
+        if "Example" not in (cmd.help or ""):
+            no_example.append(path)
+    assert not missing, f"options without help: {missing}"
+    assert not no_example, f"commands without an example: {no_example}"
+
+
+def test_help_shows_the_exit_code_table() -> None:
+    r = leakreport("--help")
+    assert "3  analysis incomplete" in r.stdout
+    r = leakreport("analyze", "--help")
+    assert "Exit codes" in r.stdout and "Example" in r.stdout
+
+
+def test_collector_config_takes_long_names_and_refuses_unknown_keys(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("[2026-11-23 00:00:01] Prefill batch. #new-seq: 1, token usage: 0.10\n")
+    good = tmp_path / "good.toml"
+    good.write_text(
+        f'bucket = "{tmp_path / "b"}"\nlog = ["{log}"]\nno-gpu = true\n'
+        f'state_dir = "{tmp_path / "st"}"\nmetrics-url = "http://127.0.0.1:9/metrics"\n'
+    )
+    r = leakcollect("run", "--once", "--config", str(good))
+    assert r.returncode == 1, r.stderr  # the metrics URL refuses: some sources failed
+    assert list((tmp_path / "b" / "log_lines").rglob("*.parquet")), "log = [...] was ignored"
+    # the reason of the failed source is on stderr, not only in collector_runs
+    assert "metrics failed: " in r.stderr and "127.0.0.1:9" in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'bucket = "{tmp_path / "b"}"\nlogs = ["{log}"]\n')
+    r = leakcollect("run", "--once", "--config", str(bad))
+    assert r.returncode == 2
+    assert "unknown key 'logs'" in r.stderr and str(bad.name) in r.stderr
+
+
+def test_cron_line_and_units_take_the_run_options(tmp_path) -> None:
+    import shlex
+
+    line = leakcollect(
+        "cron-line", "--bucket", "/data/t", "--log", "/var/log/s.log", "--no-gpu",
+        "--state-dir", str(tmp_path / "st"),
+    ).stdout.strip()  # fmt: skip
+    argv = shlex.split(line[len("* * * * * ") :])
+    i = argv.index("run")
+    assert argv[i + 1 :].count("--log") == 1 and "--no-gpu" in argv
+    assert f"{tmp_path / 'st'}/leakcollect.log" in line
+    units = leakcollect("systemd-units", "--bucket", "/data/t", "--metrics-url", "http://h/m")
+    assert "--metrics-url http://h/m" in units.stdout and "systemctl" in units.stderr
