@@ -73,6 +73,7 @@ class RuleStatus:
     reason: str | None = None
     duration_s: float = 0.0
     findings: int = 0
+    hint: str | None = None  # skipped: how to collect the missing input (rule's missing_hint)
 
 
 @dataclass
@@ -189,6 +190,8 @@ class FindingsDocument:
     events: list[Event] = field(default_factory=list)
     kv: list[KvSeries] = field(default_factory=list)
     alloc: list[AllocSeries] = field(default_factory=list)
+    # per host: what could and could not be checked, from which inputs (analyzer.coverage)
+    coverage: list[dict[str, Any]] = field(default_factory=list)
     schema_version: int = FINDINGS_SCHEMA_VERSION
 
     def worst_severity(self) -> str | None:
@@ -241,6 +244,7 @@ class FindingsDocument:
             events=[Event(**e) for e in d.get("events", [])],
             kv=[KvSeries(**k) for k in d.get("kv", [])],
             alloc=[AllocSeries(**a) for a in d.get("alloc", [])],
+            coverage=list(d.get("coverage", [])),
         )
 
     @classmethod

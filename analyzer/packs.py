@@ -34,7 +34,13 @@ REQUIRED_KEYS = {
     "description": str,
     "remediation": str,
 }
-OPTIONAL_KEYS = {"references": list, "params": dict, "enabled": bool, "equivalent": list}
+OPTIONAL_KEYS = {
+    "references": list,
+    "params": dict,
+    "enabled": bool,
+    "equivalent": list,
+    "missing_hint": str,  # how to collect the input the rule lacked (shown when skipped)
+}
 STANDARD_COLUMNS = ("host", "gpu", "pid", "start", "end", "summary", "severity")
 
 
@@ -70,6 +76,7 @@ class Rule:
     references: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
+    missing_hint: str = ""
 
     def bound_params(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The parameters the SQL refers to, with overrides applied."""
@@ -200,6 +207,7 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
         references=list(meta.get("references", [])),
         params=dict(params),
         enabled=meta.get("enabled", True),
+        missing_hint=meta.get("missing_hint", "").strip(),
     )
 
 
@@ -225,7 +233,9 @@ def load_pack(folder: str | Path) -> Pack:
 def load_packs(extra: list[str | Path] | None = None, *, builtin: bool = True) -> list[Pack]:
     packs = [load_pack(DEFAULT_PACK)] if builtin else []
     if builtin and not packs[0].rules and not packs[0].errors:
-        raise PackError(f"{DEFAULT_PACK / 'rules'}: the built-in pack has no rules - this installation is incomplete; reinstall leakreport")
+        raise PackError(
+            f"{DEFAULT_PACK / 'rules'}: the built-in pack has no rules - this installation is incomplete; reinstall leakreport"
+        )
     packs += [load_pack(p) for p in extra or []]
     seen: dict[str, Path] = {}
     for p in packs:

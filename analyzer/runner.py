@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, logevents, rollup, series
+from analyzer import __version__, coverage, logevents, rollup, series
 from analyzer.bucket import Scope, lock_down, open_checked
 from analyzer.findings import (
     Finding,
@@ -269,6 +269,7 @@ def _analyze(
                     f"{rule.id} {st.status}, {plural(len(found), 'finding')}, {st.duration_s:.2f}s",
                 )
         doc.run.rules = statuses
+        coverage.build(con, doc, packs)  # per host: what could and could not be checked
         doc.findings.sort(key=Finding.sort_key)
         if with_series:
             series.fill(con, doc)

@@ -5,6 +5,7 @@ title       = "PyTorch still holds more and more memory: a leak inside the proce
 category    = "leak.gpu"
 severity    = "warning"
 requires    = ["allocator_samples"]
+missing_hint = "the allocator probe: `eval \"$(leakcollect probe env ...)\"` before starting the server, then `leakcollect run --probe-spool DIR`; tells a tensor leak from allocator cache"
 evidence    = ["bins", "first_allocated_mib", "last_allocated_mib", "growth_mib", "late_growth_mib",
                "rate_mib_per_h", "reserved_growth_mib", "role", "confidence"]
 description = """

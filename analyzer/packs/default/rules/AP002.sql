@@ -5,6 +5,7 @@ title       = "Reserved memory grows while allocated stays flat: allocator cache
 category    = "cache.growth"
 severity    = "info"
 requires    = ["allocator_samples"]
+missing_hint = "the allocator probe: `eval \"$(leakcollect probe env ...)\"` before starting the server, then `leakcollect run --probe-spool DIR`; tells allocator cache from a leak"
 evidence    = ["bins", "reserved_growth_mib", "allocated_growth_mib", "cached_mib", "inactive_split_mib",
                "new_alloc_retries", "role"]
 description = """

@@ -5,6 +5,7 @@ title       = "GPU memory outside PyTorch's allocator keeps growing"
 category    = "leak.outside_allocator"
 severity    = "warning"
 requires    = ["allocator_samples", "gpu_processes"]
+missing_hint = "the allocator probe plus per-process GPU memory (`leakcollect run --probe-spool DIR` on the host); finds memory outside PyTorch's allocator"
 evidence    = ["bins", "first_outside_mib", "last_outside_mib", "growth_mib", "late_growth_mib",
                "nvml_growth_mib", "reserved_growth_mib", "role"]
 description = """

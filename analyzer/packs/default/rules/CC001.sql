@@ -5,6 +5,7 @@ title       = "GPU memory held by processes that no longer exist (CUDA contexts)
 category    = "leak.cuda_context"
 severity    = "warning"
 requires    = ["gpu_samples", "gpu_processes"]
+missing_hint = "per-process GPU memory and /proc maps: run `leakcollect run` on the host; distinguishes a CUDA-context leak from a tensor leak"
 evidence    = ["unattributed_first_mib", "unattributed_last_mib", "growth_mib", "short_lived_pids", "map_growth", "parent_pid"]
 description = """
 Device memory that no running process accounts for (NVML's used memory minus

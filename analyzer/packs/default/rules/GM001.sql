@@ -5,6 +5,7 @@ title       = "GPU memory keeps growing across idle windows"
 category    = "leak.gpu"
 severity    = "warning"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
 evidence    = ["segments", "idle_windows", "first_idle_mib", "last_idle_mib", "growth_mib",
                "early_growth_mib", "late_growth_mib", "rate_mib_per_h", "mib_per_1k_requests", "up_fraction",
                "total_mib", "confidence", "lifetime_source"]

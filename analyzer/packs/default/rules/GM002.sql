@@ -5,6 +5,7 @@ title       = "GPU memory grew, then levelled off: allocator cache, not a leak"
 category    = "cache.growth"
 severity    = "info"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
 evidence    = ["first_idle_mib", "last_idle_mib", "growth_mib", "early_growth_mib", "late_growth_mib", "idle_windows",
                "lifetime_source"]
 description = """

@@ -5,6 +5,7 @@ title       = "The leak is outside the KV cache"
 category    = "leak.gpu"
 severity    = "warning"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`; KV usage comes from the server log or /metrics"
 evidence    = ["growth_mib", "first_idle_kv", "last_idle_kv", "kv_change", "idle_windows", "lifetime_source"]
 description = """
 Device memory grows across idle windows (as in GM001) while the engine's

@@ -5,6 +5,7 @@ title       = "Host memory (RSS) of the server process keeps growing"
 category    = "leak.host_rss"
 severity    = "warning"
 requires    = ["gpu_processes|metric_samples"]
+missing_hint = "the server's RSS: `leakcollect run` on the host (/proc), or its /metrics (`--metrics-url`)"
 evidence    = ["first_rss_mib", "last_rss_mib", "growth_mib", "late_growth_mib", "rate_mib_per_h", "early_req_per_s", "late_req_per_s", "source"]
 description = """
 Resident memory of a server process (VmRSS from /proc, or the server's own

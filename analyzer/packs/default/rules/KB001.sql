@@ -5,6 +5,7 @@ title       = "SGLang fast image processor leak (known bug)"
 category    = "known_bug.fast_image_processor"
 severity    = "warning"
 requires    = ["processes|log_lines"]
+missing_hint = "the server's configuration: `leakcollect run` on the host (process table), or the server log with its ServerArgs dump; `pip show sglang` gives the version"
 evidence    = ["engine_version", "model", "fast_image_processor", "flag_source", "growth_mib_per_h",
                "confidence", "settle_with"]
 description = """

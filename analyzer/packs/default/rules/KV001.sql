@@ -5,6 +5,7 @@ title       = "KV-cache pages are not reclaimed after requests finish"
 category    = "leak.kv_pool"
 severity    = "warning"
 requires    = ["gpu_samples|log_lines|metric_samples"]
+missing_hint = "the server log: `leakcollect run --log FILE` on the host, or `leakcollect import server-log FILE --tz ZONE` (or /metrics: `leakcollect run --metrics-url URL`)"
 evidence    = ["leak_checks", "pool", "available_size", "max_total_num_tokens", "first_idle_kv", "last_idle_kv", "idle_windows"]
 description = """
 With no requests running, the engine's KV-cache usage should fall back to its

@@ -5,6 +5,7 @@ title       = "Requests get slower as memory use grows"
 category    = "latency.pressure"
 severity    = "warning"
 requires    = ["metric_samples"]
+missing_hint = "request latency from the server's /metrics: `leakcollect run --metrics-url URL`"
 evidence    = ["first_latency_s", "last_latency_s", "latency_ratio", "memory_growth_mib", "correlation", "intervals"]
 description = """
 Mean end-to-end request latency per $interval_minutes-minute interval (from the

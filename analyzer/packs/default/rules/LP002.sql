@@ -5,6 +5,7 @@ title       = "The collector's own request gets slower as memory use grows"
 category    = "latency.pressure"
 severity    = "warning"
 requires    = ["http_probes", "gpu_samples"]
+missing_hint = "the latency probe: `leakcollect run --probe-url URL`"
 evidence    = ["first_latency_s", "last_latency_s", "latency_ratio", "memory_growth_mib", "correlation",
                "probes", "failed_probes"]
 description = """

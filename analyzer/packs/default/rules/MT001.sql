@@ -5,6 +5,7 @@ title       = "GPU memory above the alert threshold and still growing"
 category    = "memory.threshold"
 severity    = "warning"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
 evidence    = ["used_pct", "recent_peak_mib", "total_mib", "rate_mib_per_h", "restart_now"]
 description = """
 Field alert levels: $warning_pct % warning, $critical_pct % critical, and above

@@ -5,6 +5,7 @@ title       = "The server ran out of GPU memory"
 category    = "oom.event"
 severity    = "critical"
 requires    = ["log_lines"]
+missing_hint = "the server log: `leakcollect run --log FILE` on the host, or `leakcollect import server-log FILE --tz ZONE`"
 evidence    = ["ooms", "last_tried_mib", "last_free_mib", "total_mib", "rate_mib_per_h_before", "leak_before",
                "lifetime_source"]
 description = """

@@ -5,6 +5,7 @@ title       = "GPU will run out of memory at the current leak rate"
 category    = "oom.forecast"
 severity    = "critical"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
 evidence    = ["rate_mib_per_h", "headroom_mib", "recent_peak_mib", "total_mib", "hours_to_oom", "used_pct",
                "lifetime_source"]
 description = """

@@ -5,6 +5,7 @@ title       = "Restarts hide a leak: growth, restart, growth again"
 category    = "restart.masked_leak"
 severity    = "warning"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
 evidence    = ["leaking_gpu", "lifetimes", "leaking_lifetimes", "median_growth_mib", "median_lifetime_h", "oom_events",
                "lifetime_source"]
 description = """

@@ -5,6 +5,7 @@ title       = "One tensor-parallel rank grows while the others stay flat"
 category    = "skew.rank"
 severity    = "warning"
 requires    = ["gpu_samples"]
+missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`; the tensor-parallel size comes from the process table or the server log's ServerArgs dump"
 evidence    = ["rank_gpu", "growth_mib", "others_median_growth_mib", "gpus", "tp_size", "tp_source"]
 description = """
 On a host whose server is tensor-parallel (tp_size > 1 in the process table's
