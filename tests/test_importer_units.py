@@ -1,0 +1,208 @@
+"""Importer units, times and bookkeeping: the details a mutation check found untested.
+
+nvidia-smi prints MiB when asked for ``nounits`` (and in ``[MiB]`` headers); a value
+with its own unit (GiB, KiB, MB, B ...) keeps it. An 8311 that imports as 8311
+bytes instead of 8311 MiB would make every leak look 1,048,576 times smaller.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from collector.importers import (
+    Imported,
+    ImportError_,
+    gpu_memory_log,
+    nvidia_smi_csv,
+    read_gpu_memory_log,
+    read_nvidia_smi_csv,
+    zone,
+)
+
+MIB = 1 << 20
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _csv(tmp_path: Path, text: str, **kw) -> list[dict]:
+    f = tmp_path / "smi.csv"
+    f.write_text(text)
+    return nvidia_smi_csv(f, "h", start=T0, **kw)
+
+
+def test_unitless_values_with_columns_are_mib(tmp_path) -> None:
+    # `--format=csv,noheader,nounits` output, header given with --columns, no units anywhere
+    rows = _csv(
+        tmp_path,
+        "0, 8311, 16303\n1, 103, 16303\n",
+        columns="index,memory.used,memory.total",
+    )
+    assert [(r["gpu_index"], r["memory_used_bytes"]) for r in rows] == [
+        (0, 8311 * MIB),
+        (1, 103 * MIB),
+    ]
+    assert rows[0]["memory_total_bytes"] == 16303 * MIB
+    assert rows[0]["memory_free_bytes"] == (16303 - 8311) * MIB
+    assert all(r["host"] == "h" for r in rows)
+
+
+def test_unitless_values_under_a_unit_header(tmp_path) -> None:
+    rows = _csv(tmp_path, "index, memory.used [GiB]\n0, 2\n1, 0.5\n")
+    assert [r["memory_used_bytes"] for r in rows] == [2 << 30, 1 << 29]
+    rows = _csv(tmp_path, "index, memory.used [KiB]\n0, 2048\n")
+    assert rows[0]["memory_used_bytes"] == 2048 << 10
+    rows = _csv(tmp_path, "index, memory.used [ MiB ]\n0, 7\n")  # spaces inside the brackets
+    assert rows[0]["memory_used_bytes"] == 7 * MIB
+    rows = _csv(tmp_path, "INDEX, MEMORY.USED [GIB]\n0, 3\n")  # case does not matter
+    assert rows[0]["memory_used_bytes"] == 3 << 30
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("8311 MiB", 8311 * MIB),
+        ("8311 mib", 8311 * MIB),
+        ("2 GiB", 2 << 30),
+        ("1.5 GiB", int(1.5 * (1 << 30))),
+        ("512 KiB", 512 << 10),
+        ("4096 B", 4096),
+        ("100 MB", 100 * MIB),  # nvidia-smi's "MB" is MiB
+        ("2 GB", 2 << 30),
+        ("64 KB", 64 << 10),
+        ("8311", 8311 * MIB),
+    ],
+)
+def test_a_value_keeps_its_own_unit(tmp_path, value, expected) -> None:
+    # the header says MiB; the value's own unit wins where it has one
+    rows = _csv(tmp_path, f"index, memory.used [MiB]\n0, {value}\n")
+    assert rows[0]["memory_used_bytes"] == expected
+    assert isinstance(rows[0]["memory_used_bytes"], int)
+
+
+def test_indexes_and_pids_are_integers_percentages_floats(tmp_path) -> None:
+    f = tmp_path / "apps.csv"
+    f.write_text(
+        "index, uuid, memory.used [MiB], utilization.gpu [%]\n"
+        "1, GPU-b, 100 MiB, 7 %\n"
+        "pid, process_name, gpu_uuid, used_gpu_memory [MiB]\n"
+        "4242, python3, GPU-b, 90 MiB\n"
+    )
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    (row,) = got.rows
+    assert type(row["gpu_index"]) is int and row["gpu_index"] == 1
+    assert type(row["utilization_gpu_pct"]) is float and row["utilization_gpu_pct"] == 7.0
+    (proc,) = got.processes
+    assert type(proc["pid"]) is int and proc["pid"] == 4242
+    assert proc["used_gpu_memory_bytes"] == 90 * MIB and proc["gpu_index"] == 1
+
+
+def test_times_in_rows_and_zones(tmp_path) -> None:
+    text = (
+        "timestamp, index, memory.used [MiB]\n"
+        "2026/01/01 10:00:00, 0, 1\n"  # no fraction
+        "2026/01/01 10:00:05.250, 0, 2\n"
+        "2026-01-01T10:00:10Z, 0, 3\n"  # ISO with Z is UTC whatever tz says
+    )
+    rows = _csv(tmp_path, text, tz="Europe/Berlin")  # UTC+1 in January
+    assert [r["ts"] for r in rows] == [
+        dt.datetime(2026, 1, 1, 9, 0, 0, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 1, 9, 0, 5, 250000, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 1, 10, 0, 10, tzinfo=dt.UTC),
+    ]
+    f = tmp_path / "bad.csv"
+    f.write_text("timestamp, index, memory.used [MiB]\nyesterday, 0, 1\n")
+    with pytest.raises(ImportError_, match=r"bad.csv:2: unreadable timestamp 'yesterday'"):
+        read_nvidia_smi_csv(f, "h", start=T0, strict=True)
+
+
+def test_zone_names() -> None:
+    assert zone(None) is dt.UTC
+    assert zone("utc") is dt.UTC and zone("Z") is dt.UTC and zone("z") is dt.UTC
+    fixed = dt.timezone(dt.timedelta(hours=5))
+    assert zone(fixed) is fixed
+    assert str(zone("Asia/Tokyo")) == "Asia/Tokyo"
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        zone("Mars/Olympus")
+
+
+def test_rows_without_times_step_by_interval(tmp_path) -> None:
+    text = "index, memory.used [MiB]\n0, 1\n1, 1\n0, 2\n1, 2\n0, 3\n"
+    rows = _csv(tmp_path, text)  # default: one second apart
+    assert [(r["ts"] - T0).total_seconds() for r in rows] == [0, 0, 1, 1, 2]
+    rows = _csv(tmp_path, text, interval=2.5)
+    assert [(r["ts"] - T0).total_seconds() for r in rows] == [0, 0, 2.5, 2.5, 5]
+
+
+def test_skip_summary_counts_and_shows_the_first_five() -> None:
+    got = Imported(rows=[{}, {}], processes=[{}])
+    assert got.summary() == "kept 2 rows and 1 process rows"
+    for n in range(1, 8):
+        got.skip("f.csv", n, f"bad {n}")
+    assert got.skipped == 7 and len(got.skipped_examples) == 5
+    assert got.summary() == (
+        "kept 2 rows and 1 process rows; skipped 7 lines (f.csv:1: bad 1; f.csv:2: bad 2; "
+        "f.csv:3: bad 3; f.csv:4: bad 4; f.csv:5: bad 5, ...)"
+    )
+    few = Imported(rows=[{}])
+    few.skip("f.csv", 3, "why")
+    assert few.summary() == "kept 1 rows; skipped 1 lines (f.csv:3: why)"
+
+
+def test_memory_log_units_gpus_and_totals(tmp_path) -> None:
+    f = tmp_path / "mem.log"
+    f.write_text(
+        "2026-01-01T00:00:00Z 8311\n"
+        "2026-01-01T00:00:10+01:00 8400 MiB\n"  # its own offset
+        "2026-01-01 00:00:20 8500.5\n"  # naive: read in tz
+    )
+    rows = gpu_memory_log(f, "h", gpu=3, total_mib=16000, tz="Europe/Berlin")
+    assert [r["memory_used_bytes"] for r in rows] == [8311 * MIB, 8400 * MIB, int(8500.5 * MIB)]
+    assert [r["ts"] for r in rows] == [
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2025, 12, 31, 23, 0, 10, tzinfo=dt.UTC),
+        dt.datetime(2025, 12, 31, 23, 0, 20, tzinfo=dt.UTC),
+    ]
+    assert {r["gpu_index"] for r in rows} == {3} and {r["host"] for r in rows} == {"h"}
+    assert rows[0]["memory_total_bytes"] == 16000 * MIB
+    assert rows[0]["memory_free_bytes"] == (16000 - 8311) * MIB
+    bare = gpu_memory_log(f, "h")
+    assert bare[0]["memory_total_bytes"] is None and bare[0]["memory_free_bytes"] is None
+    assert bare[0]["gpu_index"] == 0
+
+
+def test_memory_log_date_loop_numbers_gpus_from_gpu(tmp_path) -> None:
+    f = tmp_path / "loop.log"
+    f.write_text(
+        "Mon Nov 23 00:00:10 UTC 2026\n"
+        "100 MiB\n"
+        "200 MiB\n"
+        "Mon Nov 23 01:00:10 CET 2026\n"  # not UTC: read in tz
+        "110\n"
+        "210\n"
+    )
+    got = read_gpu_memory_log(f, "h", gpu=2, tz="Europe/Berlin")
+    assert [(r["gpu_index"], r["memory_used_bytes"] // MIB) for r in got.rows] == [
+        (2, 100),
+        (3, 200),
+        (2, 110),
+        (3, 210),
+    ]
+    assert got.rows[0]["ts"] == dt.datetime(2026, 11, 23, 0, 0, 10, tzinfo=dt.UTC)
+    assert got.rows[2]["ts"] == dt.datetime(2026, 11, 23, 0, 0, 10, tzinfo=dt.UTC)
+    assert got.skipped == 0
+
+
+def test_memory_log_with_nothing_readable_names_the_first_bad_line(tmp_path) -> None:
+    f = tmp_path / "junk.log"
+    f.write_text("# a comment\n\nnvidia-smi has failed\nagain\n")
+    with pytest.raises(ImportError_, match=r"junk.log:3: no samples; expected '<ISO-8601"):
+        read_gpu_memory_log(f, "h")
+    f.write_text("")
+    with pytest.raises(ImportError_, match=r"junk.log:1: no samples$"):
+        read_gpu_memory_log(f, "h")
+    f.write_text("2026-13-45T00:00:00 12\n2026-01-01T00:00:00Z 5\n")
+    got = read_gpu_memory_log(f, "h")
+    assert len(got.rows) == 1 and got.skipped == 1
+    assert got.skipped_examples == ["" + str(f) + ":1: unreadable time '2026-13-45T00:00:00'"]
