@@ -43,6 +43,9 @@ eval: install ## score the analyzer on the labelled scenario suite (out/eval/eva
 bench: install ## benchmarks side by side: bench/results.json and bench/results.md (not tests)
 	$(PY) bench/run_all.py bench
 
+chaos: install ## the collector's fault suite: 200 kill/rotate cycles, bad endpoints, a full disk
+	$(PY) bench/chaos.py --cycles 200 --json $(OUT)/chaos.json
+
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py tests/test_fleet.py -k "gold"
 
