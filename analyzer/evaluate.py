@@ -1,8 +1,12 @@
-"""`make eval`: the whole labelled scenario suite, scored.
+"""`make eval`: the whole labelled scenario suite, scored in every shape of data.
 
-Writes a confusion table per category (true positives, false positives,
-misses) and, for every labelled leak, when it was first flagged relative to
-its onset and its OOM, by analysing growing prefixes of the trace.
+Each scenario is simulated in each shape (the collector's own traces, nvidia-smi
+CSV + server log, a date/memory.used loop + server log, server log alone),
+analysed, and scored against the labels: one confusion table per shape, with
+the (scenario, shape) pairs a shape cannot decide listed with the reason.
+"Flagged" means the scenario's expected category, per category. For every
+labelled leak, the time to the first flag of each expected category is found
+by analysing growing prefixes of the trace (in the shapes of ``detect_shapes``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import analyzer.sim  # noqa: F401 - makes ``simulator`` importable before a reinstall
 from analyzer.bucket import Scope
 from analyzer.categories import CATEGORIES, LEAK_CATEGORIES
 from analyzer.findings import FindingsDocument
@@ -22,30 +25,44 @@ from analyzer.packs import Pack, load_packs
 from analyzer.runner import analyze
 from simulator.generate import DEFAULT_START, simulate
 from simulator.model import exhaustion_s
+from simulator.shapes import SHAPES
 
 TARGET_SHARE = 0.20  # flag each leak within the first 20 % of onset -> OOM
+MAX_CUTS = 36  # prefixes analysed per host for the time to detection (multi-day traces step wider)
 
 
 @dataclass
 class Detection:
     host: str
     scenario: str
+    shape: str
     onset: str
     horizon: str  # the first OOM, else when the leak would exhaust its resource (simulator truth)
     horizon_is_oom: bool
-    first_flagged: str | None
+    first_flagged: str | None  # the first expected leak category
     share: float | None  # (first_flagged - onset) / (horizon - onset)
     category: str | None
+    minutes_to_flag: dict[str, float | None] = field(default_factory=dict)  # per expected category
 
 
 @dataclass
-class EvalResult:
-    hosts: int
-    hours: float
-    seed: int
+class ScenarioRow:
+    host: str
+    scenario: str
+    verdict: str  # right | wrong | undecidable
+    expected: list[str]
+    found: list[str]
+    problems: list[str]
+    undecidable: str  # why (the whole pair, or the categories this shape cannot decide)
+
+
+@dataclass
+class ShapeResult:
+    shape: str
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
+    scenarios: list[ScenarioRow] = field(default_factory=list)
 
     @property
     def leak_false_positives(self) -> int:
@@ -54,6 +71,37 @@ class EvalResult:
     @property
     def misses(self) -> int:
         return sum(v["fn"] for v in self.confusion.values())
+
+    @property
+    def leak_found(self) -> tuple[int, int]:
+        """(labelled leak categories found, labelled leak categories) among decidable pairs."""
+        tp = sum(v["tp"] for k, v in self.confusion.items() if k in LEAK_CATEGORIES)
+        fn = sum(v["fn"] for k, v in self.confusion.items() if k in LEAK_CATEGORIES)
+        return tp, tp + fn
+
+
+@dataclass
+class EvalResult:
+    hosts: int
+    hours: float
+    seed: int
+    shapes: dict[str, ShapeResult] = field(default_factory=dict)
+
+    @property
+    def leak_false_positives(self) -> int:
+        return sum(r.leak_false_positives for r in self.shapes.values())
+
+    @property
+    def misses(self) -> int:
+        return sum(r.misses for r in self.shapes.values())
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [f"[{k}] {m}" for k, r in self.shapes.items() for m in r.mismatches]
+
+    @property
+    def detections(self) -> list[Detection]:
+        return [d for r in self.shapes.values() for d in r.detections]
 
     @property
     def late(self) -> list[Detection]:
@@ -82,13 +130,27 @@ def _keyed(doc: FindingsDocument) -> dict[tuple[str, str], set[str]]:
 
 
 def score(
-    doc: FindingsDocument, labels: dict[str, Any]
+    doc: FindingsDocument, labels: dict[str, Any], rows: list[ScenarioRow] | None = None
 ) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Confusion per category and the mismatches; hosts whose scenario the shape
+    cannot decide are left out (and listed in ``rows`` when given)."""
     confusion = {c: {"tp": 0, "fp": 0, "fn": 0} for c in CATEGORIES}
     mismatches = []
     found = _keyed(doc)
     for host, lab in labels["hosts"].items():
         allow = set(lab["allow"])
+        whole = lab.get("undecidable_scenario")
+        cats = lab.get("undecidable") or {}
+        got_all = sorted({c for (h, _k), cs in found.items() if h == host for c in cs})
+        exp_all = sorted({c for cs in lab["expect"].values() for c in cs})
+        why = whole or "; ".join(f"{c}: {r}" for c, r in sorted(cats.items()))
+        if whole:
+            if rows is not None:
+                rows.append(
+                    ScenarioRow(host, lab["scenario"], "undecidable", exp_all, got_all, [], why)
+                )
+            continue
+        problems = []
         for key in sorted(set(lab["expect"]) | {k for h, k in found if h == host}):
             expected = set(lab["expect"].get(key, []))
             got = found.get((host, key), set())
@@ -96,10 +158,16 @@ def score(
                 confusion[c]["tp"] += 1
             for c in expected - got:
                 confusion[c]["fn"] += 1
-                mismatches.append(f"{host} {key}: missed {c}")
+                problems.append(f"{host} {key}: missed {c}")
             for c in got - expected - allow:
                 confusion[c]["fp"] += 1
-                mismatches.append(f"{host} {key}: unexpected {c}")
+                problems.append(f"{host} {key}: unexpected {c}")
+        mismatches += problems
+        if rows is not None:
+            verdict = "wrong" if problems else "right"
+            rows.append(
+                ScenarioRow(host, lab["scenario"], verdict, exp_all, got_all, problems, why)
+            )
     return confusion, mismatches
 
 
@@ -117,32 +185,41 @@ def detect(
     step_min: int,
     final: FindingsDocument,
     exhaustion_s: float | None,
+    expected: set[str] | None = None,
+    shape: str = "native",
 ) -> Detection:
+    """Analyse growing prefixes until every expected category has been flagged
+    (or the horizon is reached): minutes to the first flag of each."""
     ooms = sorted(_ts(e.ts) for e in final.events if e.host == host and e.kind == "oom")
     end = start + dt.timedelta(hours=hours)
     truth = start + dt.timedelta(seconds=exhaustion_s) if exhaustion_s else end
     horizon = ooms[0] if ooms else truth
-    flagged: tuple[dt.datetime, str] | None = None
-    cut = start + dt.timedelta(minutes=step_min)
-    while cut <= min(horizon, end) + dt.timedelta(seconds=1):
+    want = set(expected or LEAK_CATEGORIES)
+    first: dict[str, dt.datetime] = {}
+    step = dt.timedelta(minutes=max(step_min, hours * 60 / MAX_CUTS))
+    cut = start + step
+    while cut <= min(horizon, end) + dt.timedelta(seconds=1) and want - set(first):
         doc = analyze(bucket, packs, scope=Scope(hosts=[host], before=cut), with_series=False)
-        leaks = [f for f in doc.findings if f.category in LEAK_CATEGORIES]
-        if leaks:
-            flagged = (cut, sorted(f.category for f in leaks)[0])
-            break
-        cut += dt.timedelta(minutes=step_min)
-    share = None
-    if flagged:
-        share = round((flagged[0] - start) / (horizon - start), 3)
+        for f in doc.findings:
+            first.setdefault(f.category, cut)
+        cut += step
+    leaks = sorted((t, c) for c, t in first.items() if c in want & LEAK_CATEGORIES)
+    flagged = leaks[0] if leaks else None
+    share = round((flagged[0] - start) / (horizon - start), 3) if flagged else None
     return Detection(
         host,
         scenario,
+        shape,
         start.isoformat(),
         horizon.isoformat(),
         bool(ooms),
         flagged[0].isoformat() if flagged else None,
         share,
         flagged[1] if flagged else None,
+        {
+            c: round((first[c] - start).total_seconds() / 60, 1) if c in first else None
+            for c in sorted(want)
+        },
     )
 
 
@@ -153,67 +230,123 @@ def run_eval(
     hours: float = 6.0,
     seed: int = 11,
     step_min: int = 10,
+    shapes: tuple[str, ...] = SHAPES,
+    detect_shapes: tuple[str, ...] = ("native", "nvidia-smi-csv"),
+    scenario: str = "all",
     progress: Callable[[str], None] | None = None,
 ) -> EvalResult:
-    from simulator.scenarios import SCENARIOS
+    from simulator.scenarios import SCENARIOS, resolve
 
     say = progress or (lambda _m: None)
-    bucket = workdir / "bucket"
-    labels_path = workdir / "labels.json"
-    plans = simulate(
-        "all",
-        bucket,
-        hosts=hosts_per_scenario * len(SCENARIOS),
-        hours=hours,
-        seed=seed,
-        labels_path=labels_path,
-        progress=say,
-    )
-    labels = json.loads(labels_path.read_text())
     packs = load_packs()
-    doc = analyze(bucket, packs)
-    res = EvalResult(hosts=len(plans), hours=hours, seed=seed)
-    res.confusion, res.mismatches = score(doc, labels)
-    for p in plans:
-        expected = {c for cs in labels["hosts"][p.host]["expect"].values() for c in cs}
-        if expected & LEAK_CATEGORIES:
-            truth = exhaustion_s(p.scenario, hours, p.seed)
+    n = len(resolve(scenario)) if scenario != "all" else len(SCENARIOS)
+    res = EvalResult(hosts=hosts_per_scenario * n, hours=hours, seed=seed)
+    for shape in shapes:
+        bucket = workdir / shape / "bucket"
+        labels_path = workdir / shape / "labels.json"
+        plans = simulate(
+            scenario,
+            bucket,
+            hosts=hosts_per_scenario * n,
+            hours=hours,
+            seed=seed,
+            labels_path=labels_path,
+            shape=shape,
+            files_dir=workdir / shape / "files",
+            progress=_tagged(say, shape),
+        )
+        labels = json.loads(labels_path.read_text())
+        doc = analyze(bucket, packs)  # with series: the OOM events set the horizon
+        sr = ShapeResult(shape)
+        sr.confusion, sr.mismatches = score(doc, labels, sr.scenarios)
+        res.shapes[shape] = sr
+        if shape not in detect_shapes:
+            continue
+        for p in plans:
+            lab = labels["hosts"][p.host]
+            expected = {c for cs in lab["expect"].values() for c in cs}
+            if lab["undecidable_scenario"] or not expected & LEAK_CATEGORIES:
+                continue
+            span = max(hours, p.scenario.min_hours)
+            truth = exhaustion_s(p.scenario, span, p.seed)
             d = detect(
-                bucket, packs, p.host, p.scenario.name, DEFAULT_START, hours, step_min, doc, truth
+                bucket,
+                packs,
+                p.host,
+                p.scenario.name,
+                DEFAULT_START,
+                span,
+                step_min,
+                doc,
+                truth,
+                expected,
+                shape,
             )
             say(
-                f"{p.host}: first flagged {d.first_flagged} ({d.category}), {d.share} of onset -> "
-                f"{'OOM' if d.horizon_is_oom else 'exhaustion'} at {d.horizon}"
+                f"[{shape}] {p.host}: first flagged {d.first_flagged} ({d.category}), {d.share} of "
+                f"onset -> {'OOM' if d.horizon_is_oom else 'exhaustion'} at {d.horizon}"
             )
-            res.detections.append(d)
+            sr.detections.append(d)
     return res
 
 
+def _tagged(say: Callable[[str], None], shape: str) -> Callable[[str], None]:
+    return lambda m: say(f"[{shape}] {m}")
+
+
+def _minutes(d: Detection) -> str:
+    if d.first_flagged is None:
+        return "-"
+    return f"{(_ts(d.first_flagged) - _ts(d.onset)).total_seconds() / 60:.0f}"
+
+
 def markdown(res: EvalResult) -> str:
-    lines = [
-        f"# Scenario suite: {res.hosts} hosts x {res.hours:g} h (seed {res.seed})",
-        "",
-        "| category | true positives | false positives | misses |",
-        "|---|---:|---:|---:|",
-    ]
-    for c, v in res.confusion.items():
-        if any(v.values()):
-            lines.append(f"| {c} | {v['tp']} | {v['fp']} | {v['fn']} |")
+    lines = [f"# Scenario suite: {res.hosts} hosts x {res.hours:g} h (seed {res.seed})", ""]
     lines += [
-        "",
-        "| host | scenario | first flagged (min after onset) | share of onset -> horizon | horizon |",
-        "|---|---|---:|---:|---|",
+        "| shape | decided right | wrong | undecidable | leak categories found | leak findings on negatives |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for d in res.detections:
-        minutes = (
-            "-"
-            if d.first_flagged is None
-            else f"{(_ts(d.first_flagged) - _ts(d.onset)).total_seconds() / 60:.0f}"
-        )
+    for shape, sr in res.shapes.items():
+        counts = {
+            v: sum(r.verdict == v for r in sr.scenarios) for v in ("right", "wrong", "undecidable")
+        }
+        tp, total = sr.leak_found
+        pct = f"{100 * tp / total:.0f} %" if total else "-"
         lines.append(
-            f"| {d.host} | {d.scenario} | {minutes} | {d.share if d.share is not None else 'never'} | "
-            f"{'first OOM' if d.horizon_is_oom else 'projected exhaustion ' + d.horizon[:16]} |"
+            f"| {shape} | {counts['right']} | {counts['wrong']} | {counts['undecidable']} | "
+            f"{tp}/{total} ({pct}) | {sr.leak_false_positives} |"
         )
+    for shape, sr in res.shapes.items():
+        lines += ["", f"## {shape}", "", "| category | true positives | false positives | misses |"]
+        lines.append("|---|---:|---:|---:|")
+        for c, v in sr.confusion.items():
+            if any(v.values()):
+                lines.append(f"| {c} | {v['tp']} | {v['fp']} | {v['fn']} |")
+        lines += ["", "| scenario | verdict | expected | found | undecidable here (why) |"]
+        lines.append("|---|---|---|---|---|")
+        for r in sr.scenarios:
+            lines.append(
+                f"| {r.scenario} | {r.verdict} | {', '.join(r.expected) or '-'} | "
+                f"{', '.join(r.found) or '-'} | {r.undecidable or '-'} |"
+            )
+        if sr.detections:
+            lines += [
+                "",
+                "| scenario | first leak flag (min) | share of onset -> horizon | horizon | minutes to each expected category |",
+            ]
+            lines.append("|---|---:|---:|---|---|")
+            for d in sr.detections:
+                per = ", ".join(
+                    f"{c} {'never' if m is None else f'{m:g}'}"
+                    for c, m in d.minutes_to_flag.items()
+                )
+                horizon = (
+                    "first OOM" if d.horizon_is_oom else "projected exhaustion " + d.horizon[:16]
+                )
+                lines.append(
+                    f"| {d.scenario} | {_minutes(d)} | "
+                    f"{d.share if d.share is not None else 'never'} | {horizon} | {per} |"
+                )
     t = res.to_dict()["targets"]
     lines += [
         "",

@@ -30,7 +30,7 @@ max_others_fraction = 0.2
 ---*/
 WITH tp AS (
     SELECT host, max(tp_size) AS tp_size, arg_max(src, tp_size) AS tp_source
-    FROM (SELECT host, tp_size, 'process table' AS src FROM server_info WHERE tp_size IS NOT NULL
+    FROM (SELECT host, tp_size, 'process table' AS src FROM processes WHERE tp_size IS NOT NULL
           UNION ALL
           SELECT host, tp_size, 'server log (ServerArgs)' FROM log_events
           WHERE event = 'server_args' AND tp_size IS NOT NULL)
