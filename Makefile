@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 OUT ?= out
-DEMO_HOSTS ?= 8
 DEMO_HOURS ?= 6
 
 .DEFAULT_GOAL := help
@@ -22,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install ## simulate a fleet, analyze it, write the HTML report and print its path
 	rm -rf $(OUT)/demo-bucket
-	$(VENV)/bin/leakreport simulate --scenario all --hosts $(DEMO_HOSTS) --hours $(DEMO_HOURS) --seed 7 --out $(OUT)/demo-bucket --labels $(OUT)/demo-labels.json
+	$(VENV)/bin/leakreport simulate --scenario all --hours $(DEMO_HOURS) --seed 7 --out $(OUT)/demo-bucket --labels $(OUT)/demo-labels.json
 	$(VENV)/bin/leakreport analyze $(OUT)/demo-bucket --format json --out $(OUT)/demo-findings.json --fail-on never
 	$(VENV)/bin/leakreport report $(OUT)/demo-findings.json --out $(OUT)/demo-report.html
 	$(VENV)/bin/leakreport fleet $(OUT)/demo-bucket --week 2026-W48 --out $(OUT)/demo-fleet.html
