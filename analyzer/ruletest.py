@@ -345,8 +345,9 @@ class CaseBucket:
     """One case's bucket, opened once with its rollups built, to run many
     versions of a rule against (the mutation check). A context manager."""
 
-    def __init__(self, case: Case) -> None:
+    def __init__(self, case: Case, rollup_params: dict[str, Any] | None = None) -> None:
         self.case = case
+        self.rollup_params = rollup_params  # rollup.DEFAULTS overrides (tests of the rollups)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.con: duckdb.DuckDBPyConnection | None = None
         self.files: dict[str, int] = {}
@@ -360,7 +361,7 @@ class CaseBucket:
             write_case_bucket(self.case, Path(self._tmp.name))
             self.con, self.files = open_bucket(self._tmp.name)
             logevents.build(self.con)
-            rollup.build(self.con, None)
+            rollup.build(self.con, self.rollup_params)
         except BaseException:
             self.__exit__(None, None, None)
             raise

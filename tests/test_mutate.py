@@ -157,3 +157,14 @@ def test_mutation_runs_through_the_same_rule_runner_as_the_analysis() -> None:
     for case in collect_cases(DEFAULT)[::7]:
         with CaseBucket(case) as cb:
             assert check_result(case, *cb.run(rules[case.rule_id])) == run_case(case, DEFAULT)
+
+
+@pytest.mark.parametrize("cutoff", [50.0, 2.0])
+def test_idle_utilisation_cutoff_moved_is_caught(cutoff: float) -> None:
+    # the rollup's idle cut-off (5 %) raised to 50 % or lowered to 2 %: GM001's cases fail
+    problems = []
+    for case in (c for c in collect_cases(DEFAULT) if c.rule_id == "GM001"):
+        rule = next(r for p in DEFAULT for r in p.rules if r.id == "GM001")
+        with CaseBucket(case, {"idle_util_pct": cutoff}) as cb:
+            problems += check_result(case, *cb.run(rule))
+    assert problems
