@@ -45,6 +45,15 @@ from leakreport.common import console, die, verbosity_options, write_out
     help="Write the expected finding categories per host and GPU (JSON) here.",
 )
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+@click.option(
+    "--shape",
+    type=click.Choice(["native", "nvidia-smi-csv", "memory-log", "logs-only"]),
+    default="native",
+    show_default=True,
+    help="native: the collector's tables; the others write each host's files as nvidia-smi and "
+    "the server would (under OUT-files/) and import them with the collector's importers.",
+)
+@click.option("--tz", default="UTC", show_default=True, help="Local time zone of those files.")
 @verbosity_options
 def simulate(
     scenario: str,
@@ -54,6 +63,8 @@ def simulate(
     seed: int,
     labels_path: str | None,
     list_only: bool,
+    shape: str,
+    tz: str,
 ) -> None:
     """Write a simulated fleet of labelled scenarios into a bucket.
 
@@ -88,6 +99,8 @@ def simulate(
         seed=seed,
         labels_path=labels_path,
         progress=say,
+        shape=shape,
+        tz=tz,
     )
     say(f"simulated {plural(len(plans), 'host')} x {hours:g} h into {out}")
 
