@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from collector import exitcodes
+from collector.atomic import write_atomic
 from collector.probe_hook import leakprobe
 
 HOOK_DIR = Path(leakprobe.__file__).resolve().parent
@@ -124,11 +125,9 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
         click.echo(f"leakcollect: {folder}: no spool folder (is the probe enabled?)", err=True)
         sys.exit(exitcodes.NOTHING)
     trigger = folder / f"snapshot-{pid}.trigger"
-    tmp = folder / f".{trigger.name}.tmp"
     asked = time.time()
     try:
-        tmp.write_text(json.dumps({"seconds": seconds, "max_entries": max_entries}))
-        os.replace(tmp, trigger)
+        write_atomic(trigger, json.dumps({"seconds": seconds, "max_entries": max_entries}))
     except OSError as e:
         click.echo(f"leakcollect: cannot write {trigger}: {e}", err=True)
         sys.exit(exitcodes.NOTHING)
