@@ -199,6 +199,14 @@ def open_checked(
         los = first_run if name in SAMPLED_AT_RUN else {}
         sane = _sane_predicate(good[name], hi, los)
         src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+        if spec.optional:  # columns added later are NULL where no file has them yet
+            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            cols = ", ".join(
+                f'CAST(NULL AS VARCHAR) AS "{c}"'
+                if c in spec.optional and c not in have
+                else f'"{c}"'
+                for c in spec.columns
+            )
         where = _scope_predicates(scope) + ([sane] if sane else [])
         cond = (" WHERE " + " AND ".join(where)) if where else ""
         if spec.key:

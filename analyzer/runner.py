@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, coverage, logevents, rollup, series
+from analyzer import __version__, coverage, logevents, pods, rollup, series
 from analyzer.bucket import Scope, lock_down, open_checked
 from analyzer.findings import (
     Finding,
@@ -271,6 +271,7 @@ def _analyze(
         doc.run.rules = statuses
         coverage.build(con, doc, packs)  # per host: what could and could not be checked
         doc.findings.sort(key=Finding.sort_key)
+        pods.annotate(con, doc.findings)  # the Kubernetes pod on the GPU, where known
         if with_series:
             series.fill(con, doc)
         doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]

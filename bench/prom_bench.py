@@ -1,6 +1,6 @@
 """Import throughput from a real Prometheus, beside a local scan of the same bucket.
 
-Usage: prom_bench.py OUT.json [HOSTS] [HOURS]
+Usage: prom_bench.py OUT.json [HOSTS] [HOURS] [WORKDIR]  (a WORKDIR that holds a TSDB is reused)
 
 A simulated fleet (the simulator's scenarios, round robin) is written natively,
 turned into dcgm-exporter and engine OpenMetrics, backfilled with promtool and
@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ _CHILD = (
 )
 
 
-def main(out: Path, hosts: int, hours: float) -> dict[str, object]:
+def main(hosts: int, hours: float, work: Path | None = None) -> dict[str, object]:
     from simulator.generate import DEFAULT_START, generate_host, plan_fleet
 
     res: dict[str, object] = {"hosts": hosts, "hours": hours, "step_s": 10}
@@ -46,19 +47,21 @@ def main(out: Path, hosts: int, hours: float) -> dict[str, object]:
         res["skipped"] = "prometheus/promtool not installed (Debian package `prometheus`)"
         return res
     with tempfile.TemporaryDirectory(prefix="prom-bench-") as tmp:
-        root = Path(tmp)
-        t = time.perf_counter()
-        plans = plan_fleet("all", hosts, 11)[:hosts]
-        for p in plans:
-            generate_host(p, hours, DEFAULT_START, root / "native")
-        res["simulate_s"] = round(time.perf_counter() - t, 2)
-        t = time.perf_counter()
-        with open(root / "fleet.om", "w", encoding="utf-8") as f:
-            res["samples_backfilled"] = promfleet.openmetrics(
-                root / "native", f, {p.host for p in plans[::2]}
-            )
-        promfleet.backfill(root / "fleet.om", root / "tsdb")
-        res["backfill_s"] = round(time.perf_counter() - t, 2)
+        root = work or Path(tmp)
+        if not (root / "tsdb").exists():
+            t = time.perf_counter()
+            plans = plan_fleet("all", hosts, 11)[:hosts]
+            for p in plans:
+                generate_host(p, hours, DEFAULT_START, root / "native")
+            res["simulate_s"] = round(time.perf_counter() - t, 2)
+            t = time.perf_counter()
+            with open(root / "fleet.om", "w", encoding="utf-8") as f:
+                res["samples_backfilled"] = promfleet.openmetrics(
+                    root / "native", f, {p.host for p in plans[::2]}
+                )
+            promfleet.backfill(root / "fleet.om", root / "tsdb")
+            res["backfill_s"] = round(time.perf_counter() - t, 2)
+        shutil.rmtree(root / "imported", ignore_errors=True)
         end = DEFAULT_START.timestamp() + hours * 3600 - 10
         with promfleet.PromServer(root / "tsdb", root) as server:
             args = ["--url", server.url, "--start", DEFAULT_START.isoformat()]
@@ -106,6 +109,6 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     hosts = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     hours = float(sys.argv[3]) if len(sys.argv) > 3 else 24.0
-    result = main(out, hosts, hours)
+    result = main(hosts, hours, Path(sys.argv[4]) if len(sys.argv) > 4 else None)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

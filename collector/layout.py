@@ -260,6 +260,8 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
         return res
     for want in spec.schema:
         idx = schema.get_field_index(want.name)
+        if idx < 0 and want.name in spec.optional:
+            continue  # written before the column existed
         if idx < 0:
             res.problem = f"column {want.name!r} is missing"
             return res

@@ -246,16 +246,37 @@ def _gpu_columns() -> set[str]:
     return set(GPU_SAMPLES.columns)
 
 
-def _metric_table(rows: list[tuple[int, str, dict[str, str], float]], source: str) -> pa.Table:
+Points = list[list[Any]]  # [[epoch seconds, "value"], ...] as the API returns them
+
+
+def _metric_table(series: list[tuple[str, dict[str, str], Points]], source: str) -> pa.Table:
+    """metric_samples rows, built column by column (labels as a map array sharing its strings)."""
+    ts: list[int] = []
+    values: list[float] = []
+    names: list[str] = []
+    keys: list[str] = []
+    items: list[str] = []
+    offsets = [0]
+    for metric, labels, pts in series:
+        n = len(pts)
+        ts.extend(int(round(float(t) * 1e6)) for t, _ in pts)
+        values.extend(float(v) for _, v in pts)
+        names.extend([metric] * n)
+        k, v = list(labels), list(labels.values())
+        keys.extend(k * n)
+        items.extend(v * n)
+        base, width = offsets[-1], len(k)
+        offsets.extend(base + width * (i + 1) for i in range(n))
+    labels_arr = pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string())
+    )
     return pa.table(
         {
-            "ts": pa.array([r[0] for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "source": pa.array([source] * len(rows), pa.string()),
-            "name": pa.array([r[1] for r in rows], pa.string()),
-            "labels": pa.array(
-                [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
-            ),
-            "value": pa.array([r[3] for r in rows], pa.float64()),
+            "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "source": pa.array([source] * len(ts), pa.string()),
+            "name": pa.array(names, pa.string()),
+            "labels": labels_arr,
+            "value": pa.array(values, pa.float64()),
         }
     )
 
@@ -298,14 +319,14 @@ def run_import(
         series = [s for s in plan.series if s.host in members]
         by_key = {(s.metric, s.labels): s for s in series}
         groups = _groups(series)
-        widest = max(len([s for s in series if s.metric == m]) for m, _ in groups)
-        steps = max(1, min(MAX_POINTS_PER_SERIES, opts.points // max(widest, 1)))
+        # every series of the batch in one chunk stays within --points, all metrics together
+        steps = max(1, min(MAX_POINTS_PER_SERIES, opts.points // max(len(series), 1)))
         t0 = opts.start
         while t0 <= opts.end:
             t1 = min(opts.end, t0 + (steps - 1) * step)
             n = int(round((t1 - t0) / step)) + 1
             chunk = _GpuChunk(t0, n)
-            engine_rows: dict[str, list[tuple[int, str, dict[str, str], float]]] = {}
+            engine_rows: dict[str, list[tuple[str, dict[str, str], Points]]] = {}
             for (metric, by), values in groups.items():
                 for labels, pts in fetcher.fetch(metric, by, values, t0, t1):
                     labels.pop("__name__", None)  # kept by some versions' *_over_time
@@ -319,11 +340,7 @@ def run_import(
                         column, scale = mapping.gpu[metric]
                         chunk.put(s.host, plan.gpu[key], column, scale, first, pts, step)
                     else:
-                        rows = engine_rows.setdefault(s.host, [])
-                        lab = dict(labels)
-                        rows.extend(
-                            (int(round(float(t) * 1e6)), metric, lab, float(v)) for t, v in pts
-                        )
+                        engine_rows.setdefault(s.host, []).append((metric, labels, pts))
             for host in batch:
                 w = BucketWriter(bucket, host)
                 gt = chunk.table(host, step)
@@ -332,8 +349,9 @@ def run_import(
                     stats.add("gpu_samples", gt.num_rows)
                 erows = engine_rows.get(host)
                 if erows:
-                    stats.files += len(w.write("metric_samples", _metric_table(erows, source)))
-                    stats.add("metric_samples", len(erows))
+                    mt = _metric_table(erows, source)
+                    stats.files += len(w.write("metric_samples", mt))
+                    stats.add("metric_samples", mt.num_rows)
             say(
                 f"[batch {b}/{len(batches)}] {_iso(t0)[:16]} .. {_iso(t1)[:16]}: "
                 f"{stats.samples:,} samples read, {time.perf_counter() - t_begin:.0f}s"

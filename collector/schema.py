@@ -29,6 +29,8 @@ class Table:
     # rows that repeat these columns are the same fact written twice (a run killed
     # between writing its files and saving its log cursor); readers keep one
     key: tuple[str, ...] = ()
+    # string columns added later: files written before them lack them; read as NULL
+    optional: tuple[str, ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -53,9 +55,14 @@ GPU_SAMPLES = Table(
         ("memory_reserved_bytes", pa.int64(), True),
         ("utilization_gpu_pct", pa.float32(), True),
         ("utilization_memory_pct", pa.float32(), True),
+        # the Kubernetes workload on the GPU where the source knows it (dcgm-exporter)
+        ("namespace", pa.string(), True),
+        ("pod", pa.string(), True),
+        ("container", pa.string(), True),
     ),
     "ts",
     "Device memory and utilisation per GPU, one row per sample.",
+    optional=("namespace", "pod", "container"),
 )
 
 GPU_PROCESSES = Table(

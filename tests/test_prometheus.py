@@ -147,6 +147,20 @@ def test_import_gives_the_native_verdicts_per_gpu(
     assert "leak.gpu" not in cats.get(("cache-restarted-00", 0), set())
     assert not any(h == "healthy-static-00" for h, _ in v)
     assert "leak.host_rss" in cats[("host-rss-leak-00", None)]
+    # a finding on a Kubernetes GPU names the pod(s) on it during the finding
+    pods = {
+        (r["host"], r["gpu_index"], f"{r['namespace']}/{r['pod']}")
+        for r in _rows(imported["bucket"], "gpu_samples")
+        if r["pod"]
+    }
+    for f in got["findings"]:
+        if f["host"] in K8S and f["gpu"] is not None:
+            assert f["evidence"]["pods"], f
+            assert all((f["host"], f["gpu"], p) in pods for p in f["evidence"]["pods"])
+        else:
+            assert "pods" not in f["evidence"], f
+    restarted = [f for f in got["findings"] if f["host"] == "cache-restarted-00" and f["gpu"] == 0]
+    assert len({p for f in restarted for p in f["evidence"]["pods"]}) == 2
 
 
 def test_device_rows_match_the_native_samples(
@@ -163,6 +177,35 @@ def test_device_rows_match_the_native_samples(
         assert abs(g["memory_total_bytes"] - w["memory_total_bytes"]) <= 2
         assert g["gpu_uuid"] == w["gpu_uuid"] and g["gpu_name"] == w["gpu_name"]
         assert g["utilization_gpu_pct"] == pytest.approx(w["utilization_gpu_pct"], abs=1e-3)
+        assert (g["pod"] is not None) == (k[0] in K8S)
+    restarted = {g["pod"] for k, g in got.items() if k[0] == "cache-restarted-00"}
+    assert len(restarted) == 2  # a new pod after the restart
+
+
+def test_files_from_before_the_pod_columns_still_read(tmp_path: Path) -> None:
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    from analyzer.bucket import open_bucket
+    from collector.schema import GPU_SAMPLES
+    from collector.writer import BucketWriter, to_arrow
+
+    when = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+    row = {"ts": when, "host": "old", "gpu_index": 0, "memory_used_bytes": 1 << 30}
+    BucketWriter(tmp_path, "old").write("gpu_samples", [row])
+    f = next((tmp_path / "gpu_samples").glob("*/*/*.parquet"))
+    t = pq.read_table(f)
+    old = t.drop_columns(list(GPU_SAMPLES.optional))  # as written before the columns existed
+    pq.write_table(old.replace_schema_metadata(t.schema.metadata), f)
+    con, counts = open_bucket(tmp_path)
+    assert counts["gpu_samples"] == 1
+    assert con.execute("SELECT count(*), count(pod) FROM gpu_samples").fetchone() == (1, 0)
+    # beside a new file that has them, both are read
+    new = to_arrow("gpu_samples", [{**row, "ts": when + dt.timedelta(seconds=10), "pod": "p"}])
+    BucketWriter(tmp_path, "old").write("gpu_samples", new)
+    con, counts = open_bucket(tmp_path)
+    assert con.execute("SELECT count(*), count(pod) FROM gpu_samples").fetchone() == (2, 1)
 
 
 def test_engine_series_keep_names_labels_and_find_their_host(
