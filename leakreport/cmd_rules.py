@@ -59,16 +59,35 @@ def rules_list(packs: tuple[str, ...]) -> None:
         sys.exit(exitcodes.ERROR)
 
 
-@rules.command("test", epilog="Exit codes: 0 every case passed, 2 a case failed or a rule broke.")
+@rules.command(
+    "test",
+    epilog="Exit codes: 0 every case passed (and, with --mutate, every mutant was killed or "
+    "listed as equivalent), 1 with --mutate: mutants survived or equivalent entries are stale, "
+    "2 a case failed or a rule broke.",
+)
 @_PACK
 @click.option("--no-builtin", is_flag=True, help="Test only the --pack folders.")
+@click.option(
+    "--mutate",
+    is_flag=True,
+    help="Then change each rule's SQL one way at a time (comparisons, $parameters, WHERE/HAVING "
+    "conjuncts, CASE conditions) and list the changes no case catches, with file and line.",
+)
+@click.option("--rule", "only", multiple=True, help="With --mutate: only this rule; repeatable.")
 @verbosity_options
-def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
+def rules_test(
+    packs: tuple[str, ...], no_builtin: bool, mutate: bool, only: tuple[str, ...]
+) -> None:
     """Run the rule test cases shipped in each pack's tests/ folder.
+
+    With --mutate, a mutant that no case kills is a bug the cases would let
+    through: add a case that fires and one that must not, or list it in the
+    rule's metadata as equivalent = [{mutant = "ID", reason = "..."}].
 
     \b
     Example:
       leakreport rules test --pack ./my-pack --no-builtin
+      leakreport rules test --mutate --rule HR001
     """
     from analyzer.ruletest import collect_cases, run_case
 
@@ -85,4 +104,15 @@ def rules_test(packs: tuple[str, ...], no_builtin: bool) -> None:
     if total == 0:
         err("leakreport: no test cases found (tests/<RULE>.toml in each pack)")
     errors = sum(len(p.errors) for p in loaded)
-    sys.exit(exitcodes.ERROR if failed or errors or total == 0 else exitcodes.OK)
+    if failed or errors or total == 0:
+        sys.exit(exitcodes.ERROR)
+    if mutate:
+        from analyzer import mutate as mut
+
+        known = {r.id for p in loaded for r in p.rules}
+        if set(only) - known:
+            die(f"--rule: no rule {', '.join(sorted(set(only) - known))} is loaded")
+        results = mut.check_packs(loaded, set(only) if only else None)
+        click.echo(mut.report(results))
+        sys.exit(exitcodes.OK if mut.passed(results) else exitcodes.FINDINGS)
+    sys.exit(exitcodes.OK)

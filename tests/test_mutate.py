@@ -168,3 +168,24 @@ def test_idle_utilisation_cutoff_moved_is_caught(cutoff: float) -> None:
         with CaseBucket(case, {"idle_util_pct": cutoff}) as cb:
             problems += check_result(case, *cb.run(rule))
     assert problems
+
+
+def test_cli_rules_test_mutate_on_a_pack(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "leakreport", "rules", "test", "--no-builtin"]
+    r = subprocess.run(
+        [*base, "--pack", str(FIXTURE), "--mutate"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 1, r.stdout + r.stderr  # survivors: exit 1
+    assert "2 passed, 0 failed" in r.stdout
+    assert "T001.sql:31: survived: drop HAVING `count(*) >= $min_samples`" in r.stdout
+    assert "stale" in r.stdout and "1 rules, 21 mutants, 13 survived unexplained" in r.stdout
+    r = subprocess.run(
+        [*base, "--pack", str(FIXTURE), "--mutate", "--rule", "NOPE"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "--rule: no rule NOPE is loaded" in r.stderr
