@@ -48,5 +48,17 @@ chaos: install ## the collector's fault suite: 200 kill/rotate cycles, bad endpo
 gold: install ## regenerate the report gold files (review the diff!)
 	LEAKREPORT_UPDATE_GOLD=1 $(PY) -m pytest -q tests/test_report_gold.py tests/test_fleet.py -k "gold"
 
+.PHONY: mutate
+MUTMUT_JOBS ?= 2
+mutate: install ## mutation tests, slow, not in CI: each rule's SQL against its cases, then mutmut on the collector's importers, log tail and writer
+	@command -v $(VENV)/bin/mutmut >/dev/null || { echo "make mutate: mutmut is not installed: $(PY) -m pip install 'mutmut>=3.3'"; exit 2; }
+	rules=0; $(VENV)/bin/leakreport rules test --mutate || rules=$$?; \
+	rm -rf $(OUT)/mutmut && mkdir -p $(OUT)/mutmut && cp -r collector tests $(OUT)/mutmut/ && \
+	cp tests/mutmut_setup.cfg $(OUT)/mutmut/setup.cfg && cd $(OUT)/mutmut && \
+	$(abspath $(VENV))/bin/mutmut run --max-children $(MUTMUT_JOBS) >mutmut-run.log 2>&1; \
+	$(abspath $(VENV))/bin/mutmut results --all true | $(abspath $(PY)) $(CURDIR)/tests/mutmut_score.py; py=$$?; \
+	echo "rule mutants: exit $$rules; collector kill rate: exit $$py (surviving mutants: cd $(OUT)/mutmut && mutmut results)"; \
+	test $$rules -eq 0 -a $$py -eq 0
+
 clean: ## remove the virtual environment and outputs
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache
