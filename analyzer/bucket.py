@@ -184,11 +184,14 @@ def open_checked(
         out.counts[name] = len(ok)
     wall = dt.datetime.now(dt.UTC)
     hi = max(now or wall, wall) + FUTURE_MARGIN
-    first_run = _first_runs(con, good["collector_runs"], hi)
+    local: dict[str, list[str]] = {}
+    for name in TABLES:
+        local[name] = [c.entry.path for c in good[name]]
+        if s3 is not None and local[name]:
+            local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
+    first_run = _first_runs(con, local["collector_runs"], hi)
     for name, spec in TABLES.items():
-        files = [c.entry.path for c in good[name]]
-        if s3 is not None and files:
-            files = _stage(s3, files, stage_dir or _temp_stage())
+        files = local[name]
         cols = ", ".join(f'"{c}"' for c in spec.columns)
         if not files:
             # a real (empty) table, visible to every cursor of the connection
@@ -254,12 +257,12 @@ def _scope_predicates(scope: Scope) -> list[str]:
 
 
 def _first_runs(
-    con: duckdb.DuckDBPyConnection, runs: list[layout.FileCheck], hi: dt.datetime
+    con: duckdb.DuckDBPyConnection, runs: list[str], hi: dt.datetime
 ) -> dict[str, dt.datetime]:
     """Each host's first collector run (runs stamped in the future do not count)."""
     if not runs:
         return {}
-    src = f"read_parquet({_sql_list([c.entry.path for c in runs])}, union_by_name = true)"
+    src = f"read_parquet({_sql_list(runs)}, union_by_name = true)"
     rows = con.execute(
         f"SELECT host, min(ts) FROM {src} WHERE ts <= {_ts(hi)} GROUP BY host"
     ).fetchall()

@@ -80,6 +80,43 @@ def _interrupted(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and "interrupted" in str(e).lower()
 
 
+def interruptible(
+    con: duckdb.DuckDBPyConnection, work: Callable[[], Any], timeout_s: float | None = None
+) -> Any:
+    """Run ``work`` (DuckDB calls on ``con``) in a helper thread while this thread
+    waits: Ctrl-C (and ``timeout_s``) interrupt the query at once instead of
+    whenever DuckDB next looks at signals. Raises KeyboardInterrupt on Ctrl-C and
+    TimeoutError past the limit."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="leakreport-query", daemon=True)
+    t.start()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while t.is_alive():
+            t.join(0.05)
+            if deadline is not None and time.monotonic() > deadline and t.is_alive():
+                con.interrupt()
+                t.join(5.0)
+                raise TimeoutError(f"stopped after the rule time limit of {timeout_s:g} s")
+    except KeyboardInterrupt:
+        con.interrupt()
+        t.join(1.5)
+        raise
+    if "error" in box:
+        err = box["error"]
+        if _interrupted(err):
+            raise KeyboardInterrupt from err
+        raise err
+    return box.get("value")
+
+
 def run_contained(
     con: duckdb.DuckDBPyConnection,
     sql: str,
@@ -89,33 +126,22 @@ def run_contained(
     """Run one SELECT inside a transaction that is always rolled back (nothing it
     does can change what the next rule sees), interrupted after ``timeout_s``."""
     check_select(sql)
-    timed_out = threading.Event()
 
-    def expire() -> None:
-        timed_out.set()
-        con.interrupt()
+    def work() -> tuple[list[str], list[tuple[Any, ...]]]:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            res = con.execute(sql, params or None)
+            if res.description is None:
+                raise RuleOutputError("the rule's SQL returned no result set (it must be a SELECT)")
+            return [d[0] for d in res.description], res.fetchall()
+        finally:
+            con.execute("ROLLBACK")
 
-    timer = threading.Timer(timeout_s, expire) if timeout_s else None
-    con.execute("BEGIN TRANSACTION")
     try:
-        if timer:
-            timer.start()
-        res = con.execute(sql, params or None)
-        if res.description is None:
-            raise RuleOutputError("the rule's SQL returned no result set (it must be a SELECT)")
-        return [d[0] for d in res.description], res.fetchall()
-    except duckdb.Error as e:
-        if timed_out.is_set():
-            raise RuleOutputError(f"stopped after the rule time limit of {timeout_s:g} s") from e
-        raise
-    except RuntimeError as e:
-        if _interrupted(e):
-            raise KeyboardInterrupt from e
-        raise
-    finally:
-        if timer:
-            timer.cancel()
-        con.execute("ROLLBACK")
+        out: tuple[list[str], list[tuple[Any, ...]]] = interruptible(con, work, timeout_s)
+    except TimeoutError as e:
+        raise RuleOutputError(str(e)) from e
+    return out
 
 
 def run_rule(
@@ -217,6 +243,8 @@ def _analyze(
         t0 = time.perf_counter()
         n_events = logevents.build(con)
         rollup.build(con, overrides.get("rollup"))
+        rules_con = con.cursor()  # rules run on their own cursor, interruptible from here
+        rules_con.execute("SET TimeZone = 'UTC'")
         lock_down(con, opened.readable_dirs)
         say(f"rollups built in {time.perf_counter() - t0:.2f}s ({n_events} log events)")
         doc = FindingsDocument(
@@ -253,7 +281,7 @@ def _analyze(
                     continue
                 t1 = time.perf_counter()
                 try:
-                    found = run_rule(con, rule, overrides.get(rule.id), rule_timeout)
+                    found = run_rule(rules_con, rule, overrides.get(rule.id), rule_timeout)
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     st.status, st.reason = "errored", f"{rule.path}: {e}"
                     found = []
@@ -278,4 +306,5 @@ def _analyze(
         doc.run.gaps += opened.quarantined
         return doc
     finally:
-        con.close()
+        with contextlib.suppress(duckdb.Error):  # busy only when a Ctrl-C is on its way out
+            con.close()

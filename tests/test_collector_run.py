@@ -191,7 +191,9 @@ def test_cli_once_no_gpu_writes_readable_tables(tmp_path, server) -> None:
     )
     assert r.returncode == exitcodes.OK, r.stderr
     assert (tmp_path / "b" / "log_lines").is_dir() and (tmp_path / "b" / "collector_runs").is_dir()
-    assert {p.name for p in (tmp_path / "b" / "log_lines").glob("*/*")} == {"host=gpu_01"}
+    assert {p.name for p in (tmp_path / "b" / "log_lines").glob("*/*")} == {
+        "host=gpu%2F01"
+    }  # the host name "gpu/01", encoded
     for f in (tmp_path / "b").rglob("*.parquet"):
         pq.read_table(f)
 

@@ -1,0 +1,321 @@
+"""Bad input reaches the analyzer: bad files, bad times, hostile SQL, runaway rules.
+
+Each case runs the real command (``python -m leakreport``) over a simulated bucket
+and checks the outcome where the defence must act and that the rest of the
+analysis is untouched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.bucket import Scope, open_checked, parse_memory_limit
+from analyzer.runner import RuleOutputError, check_select
+from collector import layout
+from collector.writer import BucketWriter, to_arrow
+from simulator.generate import simulate
+
+SCENARIO = "vision-oom-hourly"  # MT001 says "restart now" (critical) on its GPU
+HOST = f"{SCENARIO}-00"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("faults") / "bucket"
+    simulate(SCENARIO, out, hosts=1, hours=6, seed=3)
+    return out
+
+
+@pytest.fixture
+def bucket(base: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(base, tmp_path / "bucket"))
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leakreport", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _analyze(bucket: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never", "-q", *extra)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r, (json.loads(r.stdout) if r.stdout.strip() else {})
+
+
+def _findings(doc: dict) -> list[tuple[str, str, str]]:
+    return [(f["rule_id"], f["severity"], f["summary"]) for f in doc["findings"]]
+
+
+@pytest.fixture(scope="module")
+def baseline(base: Path) -> dict:
+    r, doc = _analyze(base)
+    assert r.returncode == 0, r.stderr
+    return doc
+
+
+def _gpu_folder(bucket: Path) -> Path:
+    return next((bucket / "gpu_samples").glob("date=*/host=*"))
+
+
+def _good_table() -> pa.Table:
+    ts = dt.datetime(2026, 11, 23, 1, tzinfo=dt.UTC)
+    return to_arrow("gpu_samples", [{"ts": ts, "host": HOST, "gpu_index": 0}])
+
+
+def _write(path: Path, table: pa.Table, meta: bool = True) -> None:
+    md = {layout.SCHEMA_KEY: b"1", layout.TABLE_KEY: b"gpu_samples"} if meta else None
+    pq.write_table(table.replace_schema_metadata(md), path)
+
+
+def _truncated(p: Path) -> None:
+    _write(p, _good_table())
+    p.write_bytes(p.read_bytes()[:-30])
+
+
+def _float_mib(p: Path) -> None:
+    t = _good_table()
+    i = t.schema.get_field_index("memory_used_bytes")
+    _write(p, t.set_column(i, "memory_used_bytes", pa.array([70000.5], pa.float64())))
+
+
+def _text_ts(p: Path) -> None:
+    t = _good_table()
+    _write(p, t.set_column(0, "ts", pa.array(["2026-11-23 01:00:00"])))
+
+
+BAD_FILES = {
+    "truncated": (_truncated, "unreadable Parquet"),
+    "empty": (lambda p: p.write_bytes(b""), "unreadable Parquet"),
+    "foreign": (lambda p: _write(p, _good_table(), meta=False), "not a leakreport trace file"),
+    "float-mib": (_float_mib, "column 'memory_used_bytes' is double"),
+    "missing-column": (
+        lambda p: _write(p, _good_table().drop_columns(["gpu_uuid"])),
+        "column 'gpu_uuid' is missing",
+    ),
+    "ts-as-text": (_text_ts, "column 'ts' is string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_bad_file_is_left_out_named_and_the_rest_analysed(bucket, baseline, case) -> None:
+    make, reason = BAD_FILES[case]
+    bad = _gpu_folder(bucket) / f"gpu_samples-bad-{case}.parquet"
+    make(bad)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr  # incomplete: something could not be read
+    assert bad.name in r.stderr and reason in r.stderr
+    (line,) = [x for x in doc["run"]["incomplete"] if bad.name in x]
+    assert reason in line
+    assert _findings(doc) == _findings(baseline)  # the rest of the fleet is analysed
+
+
+def test_compact_leaves_a_bad_file_and_goes_on(bucket) -> None:
+    folder = _gpu_folder(bucket)
+    _truncated(folder / "gpu_samples-bad.parquet")
+    n_good = len(list(folder.glob("gpu_samples-2*.parquet")))
+    assert n_good > 1
+    r = _cli("compact", str(bucket), "--before", "2030-01-01")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert "gpu_samples-bad.parquet" in r.stderr and "unreadable Parquet" in r.stderr
+    names = sorted(p.name for p in folder.glob("*.parquet"))
+    assert "gpu_samples-bad.parquet" in names and len(names) == 2  # the bad one + the merge
+
+
+def test_a_sample_from_2030_is_quarantined_not_used(bucket, baseline) -> None:
+    def mt001(doc: dict) -> list[dict]:
+        return [f for f in doc["findings"] if f["rule_id"] == "MT001"]
+
+    (before,) = mt001(baseline)
+    assert before["severity"] == "critical" and "restart" in before["summary"]
+    stray = {
+        "ts": dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+        "host": HOST,
+        "gpu_index": 0,
+        "memory_total_bytes": 16 * 2**30,
+        "memory_used_bytes": 2**30,
+        "utilization_gpu_pct": 0.0,
+    }
+    BucketWriter(bucket, HOST).write("gpu_samples", [stray])
+    r, doc = _analyze(bucket)
+    assert r.returncode == 0, r.stderr
+    (after,) = mt001(doc)
+    assert (after["severity"], after["summary"]) == (before["severity"], before["summary"])
+    assert _findings(doc) == _findings(baseline)
+    (gap,) = [g for g in doc["run"]["gaps"] if "quarantined" in g]
+    assert gap.startswith(f"{HOST}: 1 gpu_samples row(s) quarantined, stamped 2030-01-01")
+
+
+def test_samples_before_the_first_collector_run_are_quarantined(tmp_path) -> None:
+    t0 = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC)
+    w = BucketWriter(tmp_path, "h")
+    run = {"ts": t0, "run_id": "r1", "source": "nvml", "status": "ok", "finished": t0}
+    w.write("collector_runs", [run])
+    rows = [
+        {"ts": t0 + dt.timedelta(seconds=10 * i), "host": "h", "gpu_index": 0} for i in range(3)
+    ]
+    w.write(
+        "gpu_samples", [*rows, {"ts": t0 - dt.timedelta(days=300), "host": "h", "gpu_index": 0}]
+    )
+    log = {"ts": t0 - dt.timedelta(days=3), "file": "/l", "inode": 1, "offset": 0, "text": "x"}
+    w.write("log_lines", [log])  # a log can be older than the collector: kept
+    o = open_checked(tmp_path, Scope(), now=t0 + dt.timedelta(hours=1))
+    assert o.con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (3,)
+    assert o.con.execute("SELECT count(*) FROM log_lines").fetchone() == (1,)
+    (line,) = o.quarantined
+    assert line.startswith("h: 1 gpu_samples row(s) quarantined")
+
+
+HEAD = """/*---
+id = "{id}"
+name = "t.{id}"
+title = "t"
+category = "leak.gpu"
+severity = "warning"
+requires = ["gpu_samples"]
+evidence = ["n"]
+description = "d"
+remediation = "r"
+---*/
+"""
+
+
+def _pack(root: Path, rules: dict[str, str]) -> Path:
+    (root / "rules").mkdir(parents=True)
+    (root / "pack.toml").write_text('name = "hostile"\nversion = "1"\n')
+    for rid, sql in rules.items():
+        (root / "rules" / f"{rid}.sql").write_text(HEAD.format(id=rid) + sql)
+    return root
+
+
+def test_pack_sql_cannot_write_read_outside_or_change_shared_tables(bucket, tmp_path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a,b\n1,2\n")
+    dropped = tmp_path / "copied.csv"
+    evil_db = tmp_path / "evil.db"
+    pack = _pack(
+        tmp_path / "pack",
+        {
+            "XA001": f"COPY (SELECT 1) TO '{dropped}'",
+            "XB001": f"ATTACH '{evil_db}' AS evil",
+            "XC001": f"SELECT 'h' AS host, 's' AS summary, count(*) AS n FROM read_csv('{secret}')",
+            "XD001": "DROP TABLE gpu_buckets",
+            "XE001": "SELECT 1 AS host, 's' AS summary, 1 AS n; DROP TABLE gpu_buckets",
+            "XF001": "SELECT host, 'rows' AS summary, count(*) AS n FROM gpu_buckets GROUP BY host",
+        },
+    )
+    r, doc = _analyze(bucket, "--pack", str(pack))
+    assert r.returncode == 3, r.stderr  # errored rules: incomplete
+    status = {x["rule_id"]: x for x in doc["run"]["rules"]}
+    for rid in ("XA001", "XB001", "XC001", "XD001", "XE001"):
+        assert status[rid]["status"] == "errored", status[rid]
+    assert "COPY" in status["XA001"]["reason"] and "ATTACH" in status["XB001"]["reason"]
+    assert "disabled" in status["XC001"]["reason"]  # DuckDB: file system operations disabled
+    assert "has 2" in status["XE001"]["reason"]
+    assert not dropped.exists() and not evil_db.exists()
+    # the table the DROP aimed at is still there for the next rule
+    assert status["XF001"]["status"] == "fired"
+    assert [f["summary"] for f in doc["findings"] if f["rule_id"] == "XF001"] == ["rows"]
+
+
+def test_memory_limit_never_reaches_sql_unchecked(bucket, tmp_path) -> None:
+    target = tmp_path / "pwned.csv"
+    crafted = f"1GB'; COPY (SELECT 42) TO '{target}'; SET memory_limit='1GB"
+    r = _cli("analyze", str(bucket), "--memory-limit", crafted, "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error")]  # one line says why
+    assert "--memory-limit" in line and "is not a size" in line
+    assert not target.exists()
+    r = _cli("analyze", str(bucket), "--memory-limit", "abc", "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    with pytest.raises(ValueError, match="expected a size"):
+        parse_memory_limit(crafted)
+    with pytest.raises(ValueError):
+        open_checked(bucket, memory_limit=crafted)
+    assert not target.exists()
+    assert parse_memory_limit(" 1.5 gib ") == "1.5GiB"
+
+
+@pytest.mark.parametrize(
+    "sql,ok",
+    [
+        ("SELECT 1", True),
+        ("WITH a AS (SELECT 1 AS x) SELECT x FROM a", True),
+        ("SELECT 1; SELECT 2", False),
+        ("DROP TABLE t", False),
+        ("CREATE TABLE t AS SELECT 1", False),
+        ("SET threads = 1", False),
+        ("INSERT INTO t VALUES (1)", False),
+    ],
+)
+def test_a_rule_is_one_select(sql: str, ok: bool) -> None:
+    if ok:
+        check_select(sql)
+    else:
+        with pytest.raises(RuleOutputError):
+            check_select(sql)
+
+
+RUNAWAY = (
+    "SELECT host, 'x' AS summary, count(*) AS n "
+    "FROM gpu_samples, range(1000000000000) GROUP BY host"
+)
+
+
+def test_a_runaway_rule_is_stopped_and_recorded(bucket, tmp_path) -> None:
+    pack = _pack(tmp_path / "pack", {"XR001": RUNAWAY})
+    t0 = time.monotonic()
+    r, doc = _analyze(bucket, "--pack", str(pack), "--rule-timeout", "1")
+    took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    (st,) = [x for x in doc["run"]["rules"] if x["rule_id"] == "XR001"]
+    assert st["status"] == "errored" and "time limit of 1 s" in st["reason"]
+    assert st["duration_s"] < 5
+    assert took < 120
+    assert [x["status"] for x in doc["run"]["rules"] if x["rule_id"] == "MT001"] == ["fired"]
+
+
+def test_ctrl_c_stops_a_runaway_rule_within_two_seconds(bucket, tmp_path) -> None:
+    pack = _pack(tmp_path / "pack", {"XR001": RUNAWAY})
+    args = ["analyze", str(bucket), "--pack", str(pack), "-v", "--format", "json"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leakreport", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert p.stderr is not None
+        deadline = time.monotonic() + 240
+        for line in p.stderr:  # the built-in pack runs first; the runaway rule last
+            if "SK001" in line or time.monotonic() > deadline:
+                break
+        time.sleep(1.0)
+        assert p.poll() is None, "the run ended before the runaway rule"
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+        took = time.monotonic() - t0
+        rest = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert took <= 2.0, f"Ctrl-C took {took:.1f}s"
+    assert p.returncode != 0 and "Traceback" not in rest, rest[-2000:]
