@@ -126,6 +126,11 @@ def prometheus(
     Exit codes: 0 everything imported; 1 imported with parts skipped (named on
     stderr: the server's sample limit); 2 nothing imported (unreachable, 401/403,
     timeout, not a Prometheus, no matching series, bad options).
+
+    \b
+    Example:
+      leakcollect import prometheus --url http://prometheus:9090 \\
+          --start 2026-11-23 --end 2026-11-30 --bucket /data/traces --match '{cluster="a"}'
     """
     from collector.promapi import PromClient, PromError
     from collector.promimport import Options, run_import

@@ -241,3 +241,31 @@ def test_cron_line_and_units_take_the_run_options(tmp_path) -> None:
     assert f"{tmp_path / 'st'}/leakcollect.log" in line
     units = leakcollect("systemd-units", "--bucket", "/data/t", "--metrics-url", "http://h/m")
     assert "--metrics-url http://h/m" in units.stdout and "systemctl" in units.stderr
+
+
+def test_a_terminal_gets_a_progress_bar_and_q_silences_it(small_bucket) -> None:
+    """stderr on a pseudo-terminal: a bar with position and ETA, not one line per rule."""
+    import os
+    import pty
+
+    def on_tty(*args: str) -> str:
+        pid, fd = pty.fork()
+        if pid == 0:  # child: stdout and stderr are the terminal
+            os.execv(sys.executable, [sys.executable, "-m", "leakreport", *args])
+        chunks = []
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.waitpid(pid, 0)
+        return b"".join(chunks).decode(errors="replace")
+
+    out = on_tty("analyze", str(small_bucket), "--fail-on", "never")
+    assert "rules  [" in out and "/17" in out  # a bar with the position
+    assert "GM001 clean" not in out and "rules 17/17 done" not in out  # no per-rule lines
+    quiet = on_tty("analyze", str(small_bucket), "--fail-on", "never", "-q")
+    assert "/17" not in quiet and "0 findings over 1 host" in quiet
