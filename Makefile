@@ -32,8 +32,8 @@ test: install ## run the test suite
 	$(PY) -m pytest -q
 
 lint: install ## ruff and mypy
-	$(VENV)/bin/ruff check collector analyzer reports tests bench
-	$(VENV)/bin/ruff format --check collector analyzer reports tests bench
+	$(VENV)/bin/ruff check collector analyzer reports simulator leakreport tests bench
+	$(VENV)/bin/ruff format --check collector analyzer reports simulator leakreport tests bench
 	$(VENV)/bin/mypy
 
 eval: install ## score the analyzer on the labelled scenario suite (out/eval/eval.md)
