@@ -84,7 +84,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def _import(
     url: str, bucket: Path, *extra: str, start: str = START, end: str = END
 ) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "collector.promcli", "--url", url, "--start", start]
+    args = [sys.executable, "-m", "collector.cli", "import", "prometheus", "--url", url]
+    args += ["--start", start]
     args += ["--end", end, "--step", "10s", "--bucket", str(bucket), "--retries", "1", *extra]
     return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)
 
@@ -342,3 +343,69 @@ def test_sample_limit(fleet: dict[str, Any], tmp_path: Path) -> None:
             assert runs and all(
                 x["status"] == "failed" and "sample limit" in x["error"] for x in runs
             )
+
+
+class _Odd(http.server.BaseHTTPRequestHandler):
+    """Not a Prometheus: a web page at /, nothing at /api, or an answer that never comes."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path.startswith("/slow"):
+            threading.Event().wait(5)
+            return
+        code, body = (200, b"<html>grafana</html>") if self.path.startswith("/html") else (404, b"")
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_a: object) -> None:
+        pass
+
+
+def test_wrong_url_and_timeout(tmp_path: Path) -> None:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        for path, words in (
+            ("", "no Prometheus API here"),
+            ("/html", "not JSON"),
+            ("/slow", "no answer within 1 s"),
+        ):
+            r = _import(base + path, tmp_path / "b", "--timeout", "1", "--retries", "0")
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.strip().count("\n") == 0 and words in r.stderr, r.stderr
+        r = _import("ftp://example.invalid", tmp_path / "b")
+        assert r.returncode == 2 and "not an http(s) URL" in r.stderr
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_mapping_is_data_users_extend(fleet: dict[str, Any], tmp_path: Path) -> None:
+    from collector.promplan import MappingError, load_mapping
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[gpu]]\nmetric = "x"\ncolumn = "memory_used_mib"\n')
+    with pytest.raises(MappingError, match=r"bad.toml: \[\[gpu\]\] entry 1: column"):
+        load_mapping(bad)
+    bad.write_text("[[gpu]\n")
+    with pytest.raises(MappingError, match=r"bad.toml: .*line 1"):
+        load_mapping(bad)
+    # a renamed metric: the utilisation read from a recording rule's name instead
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[labels]\nhost = ["node_name"]\n'
+        '[[gpu]]\nmetric = "DCGM_FI_DEV_GPU_UTIL"\ncolumn = "utilization_memory_pct"\nunit = "percent"\n'
+    )
+    m = load_mapping(mine)
+    assert m.gpu["DCGM_FI_DEV_GPU_UTIL"][0] == "utilization_memory_pct"
+    assert m.labels["host"][0] == "node_name" and "Hostname" in m.labels["host"]
+    bucket = tmp_path / "mapped"
+    r = _import(fleet["url"], bucket, "--mapping", str(mine), end="2026-11-23T00:30:00Z")
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in _rows(bucket, "gpu_samples") if x["utilization_memory_pct"] is not None]
+    assert rows and all(x["utilization_gpu_pct"] is None for x in rows)
+    r = _import(fleet["url"], bucket, "--mapping", str(bad))
+    assert r.returncode == 2 and "bad.toml" in r.stderr
