@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collector import __version__
@@ -96,16 +97,15 @@ class BucketWriter:
             "host",
             pa.array([self.host] * data.num_rows, pa.string()),
         )
-        tcol = table(table_name).time_column
-        ts = data.column(tcol).to_pylist()
-        days = sorted({t.date() for t in ts})
+        # UTC dates, vectorised (no Python datetime per row)
+        dates = pc.cast(data.column(table(table_name).time_column), pa.date32())
+        days = sorted(pc.unique(dates).to_pylist())
         written = []
         for day in days:
             if len(days) == 1:
                 part = data
             else:
-                mask = pa.array([t.date() == day for t in ts])
-                part = data.filter(mask)
+                part = data.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
             written.append(self._write_file(table_name, day, part))
         return written
 
@@ -179,7 +179,7 @@ class BucketWriter:
 
 
 def _file_name(table_name: str, data: pa.Table, mark: str) -> str:
-    return file_name(table_name, min(data.column(table(table_name).time_column).to_pylist()), mark)
+    return file_name(table_name, pc.min(data.column(table(table_name).time_column)).as_py(), mark)
 
 
 def _fsync_dir(folder: Path) -> None:
