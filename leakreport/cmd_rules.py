@@ -74,9 +74,15 @@ def rules_list(packs: tuple[str, ...]) -> None:
     "conjuncts, CASE conditions) and list the changes no case catches, with file and line.",
 )
 @click.option("--rule", "only", multiple=True, help="With --mutate: only this rule; repeatable.")
+@click.option(
+    "--boundary",
+    is_flag=True,
+    help="With --mutate: also move each comparison to its boundary (>= to >): killed only by "
+    "a case whose measure equals the bound exactly.",
+)
 @verbosity_options
 def rules_test(
-    packs: tuple[str, ...], no_builtin: bool, mutate: bool, only: tuple[str, ...]
+    packs: tuple[str, ...], no_builtin: bool, mutate: bool, only: tuple[str, ...], boundary: bool
 ) -> None:
     """Run the rule test cases shipped in each pack's tests/ folder.
 
@@ -112,7 +118,8 @@ def rules_test(
         known = {r.id for p in loaded for r in p.rules}
         if set(only) - known:
             die(f"--rule: no rule {', '.join(sorted(set(only) - known))} is loaded")
-        results = mut.check_packs(loaded, set(only) if only else None)
+        ops = mut.OPERATORS if boundary else mut.DEFAULT_OPERATORS
+        results = mut.check_packs(loaded, set(only) if only else None, ops=ops)
         click.echo(mut.report(results))
         sys.exit(exitcodes.OK if mut.passed(results) else exitcodes.FINDINGS)
     sys.exit(exitcodes.OK)

@@ -26,14 +26,14 @@ def fixture_rule():
 
 def test_operators_and_what_is_left_alone(fixture_rule) -> None:
     _, rule = fixture_rule
-    ms = mutate.mutants(rule)
+    ms = mutate.mutants(rule, mutate.OPERATORS)
     by_op: dict[str, list[str]] = {}
     for m in ms:
         by_op.setdefault(m.op, []).append(m.change)
-    # boundary and negation of each comparison; `<>` only negated
-    assert sorted(by_op["cmp"]) == sorted(
-        [">→>=", ">→<=", "<→<=", "<→>=", ">=→>", ">=→<", "<>→=", ">=→>", ">=→<"]
-    )
+    # each comparison negated, and (on request) at its boundary; `<>` has no boundary
+    assert sorted(by_op["cmp"]) == sorted([">→<=", "<→>=", ">=→<", "<>→=", ">=→<"])
+    assert sorted(by_op["bound"]) == sorted([">→>=", "<→<=", ">=→>", ">=→>"])
+    assert {m.op for m in mutate.mutants(rule)} == {"cmp", "param", "drop", "when"}
     # integer parameters halved (integer division) and doubled; the boolean is left alone
     assert sorted(by_op["param"]) == sorted(
         ["$min_mib÷2", "$min_mib×2", "$min_mib÷2", "$min_mib×2"]
@@ -54,7 +54,7 @@ def test_operators_and_what_is_left_alone(fixture_rule) -> None:
         i for i, t in enumerate(rule.path.read_text().splitlines(), 1) if "x >= y" in t
     )
     assert all(m.line != comment_line for m in ms)
-    assert not [m for m in ms if m.change == ">=→>" and "'a>=b'" in m.id]
+    assert not [m for m in ms if m.change in (">=→>", ">=→<") and "'a>=b'" in m.id]
     # every mutant is valid SQL text that differs from the rule
     assert all(m.sql != rule.sql for m in ms)
     assert len({m.id for m in ms}) == len(ms)
@@ -68,8 +68,8 @@ def test_ids_do_not_move_with_lines(fixture_rule, tmp_path) -> None:
     text = f.read_text()
     f.write_text(text.replace("[params]", "\n\n[params]").replace("SELECT host", "\n\nSELECT host"))
     moved = load_pack(copy).rules[0]
-    before = {m.id: m.line for m in mutate.mutants(rule)}
-    after = {m.id: m.line for m in mutate.mutants(moved)}
+    before = {m.id: m.line for m in mutate.mutants(rule, mutate.OPERATORS)}
+    after = {m.id: m.line for m in mutate.mutants(moved, mutate.OPERATORS)}
     assert before.keys() == after.keys()
     assert all(after[k] == before[k] + 4 for k in before)
 
@@ -181,7 +181,7 @@ def test_cli_rules_test_mutate_on_a_pack(tmp_path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr  # survivors: exit 1
     assert "2 passed, 0 failed" in r.stdout
     assert "T001.sql:31: survived: drop HAVING `count(*) >= $min_samples`" in r.stdout
-    assert "stale" in r.stdout and "1 rules, 21 mutants, 13 survived unexplained" in r.stdout
+    assert "stale" in r.stdout and "1 rules, 17 mutants, 9 survived unexplained" in r.stdout
     r = subprocess.run(
         [*base, "--pack", str(FIXTURE), "--mutate", "--rule", "NOPE"],
         capture_output=True,
