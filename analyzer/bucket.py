@@ -128,6 +128,7 @@ class Opened:
     skipped: list[str] = field(default_factory=list)  # "path: reason", files left out
     quarantined: list[str] = field(default_factory=list)  # one line per host and table
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
+    tier: Any = None  # analyzer.tier.TierUse when the stored rollup tier is read
 
 
 def open_checked(
@@ -190,6 +191,7 @@ def open_checked(
         if s3 is not None and local[name]:
             local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
     first_run = _first_runs(con, local["collector_runs"], hi)
+    parts: dict[str, tuple[str, str]] = {}
     for name, spec in TABLES.items():
         files = local[name]
         cols = ", ".join(f'"{c}"' for c in spec.columns)
@@ -212,6 +214,7 @@ def open_checked(
             )
         where = _scope_predicates(scope) + ([sane] if sane else [])
         cond = (" WHERE " + " AND ".join(where)) if where else ""
+        parts[name] = (cols, cond)
         if spec.key:
             keys = ", ".join(f'"{c}"' for c in spec.key)
             sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
@@ -224,7 +227,56 @@ def open_checked(
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
+    if scope.before is None and "gpu_samples" in parts:
+        out.tier = _attach_tier(
+            out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir
+        )
     return out
+
+
+def _attach_tier(
+    out: Opened,
+    bucket: str | os.PathLike[str],
+    s3: Any,
+    scope: Scope,
+    good: dict[str, list[layout.FileCheck]],
+    local: dict[str, list[str]],
+    parts: dict[str, tuple[str, str]],
+    hi: dt.datetime,
+    first_run: dict[str, dt.datetime],
+    stage_dir: str | os.PathLike[str] | None,
+) -> Any:
+    """Read finished host-days from the stored rollup tier where it is current."""
+    from analyzer import tier
+
+    cols, cond = parts["gpu_samples"]
+
+    def usable(c: layout.FileCheck) -> bool:
+        lo = first_run.get(c.entry.host)
+        return (
+            c.ts_min is not None
+            and c.ts_max is not None
+            and c.ts_max <= hi
+            and (lo is None or c.ts_min >= lo)
+        )
+
+    def view_sql(rest: list[str]) -> str:
+        src = f"read_parquet({_sql_list(rest)}, union_by_name = true, hive_partitioning = false)"
+        return f"SELECT {cols} FROM {src}{cond}"
+
+    root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
+    return tier.attach(
+        out.con,
+        root,
+        s3,
+        good["gpu_samples"],
+        local["gpu_samples"],
+        scope.date_ok,
+        scope.host_ok,
+        usable,
+        view_sql,
+        lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
+    )
 
 
 def open_bucket(

@@ -82,17 +82,27 @@ def rollup_files() -> list[Path]:
     return files
 
 
-def build(con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None) -> None:
+def build(
+    con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None, tier: bool = False
+) -> None:
+    """Run the rollup SQL in file order. With ``tier`` (views over the stored rollup
+    tier exist, see analyzer.tier), the first-stage tables it stores are read from
+    it for the host-days it covers and derived from raw samples for the rest."""
     unknown = set(overrides or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
     params = {**DEFAULTS, **(overrides or {})}
+    with_tier: Any = None
+    if tier:
+        from analyzer import tier as with_tier
     for f in rollup_files():
         if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
             params["bucket_s"] = bucket_width(con, params)
         for stmt in _statements(f.read_text(encoding="utf-8")):
             refs = referenced_params(stmt)
             try:
+                if with_tier is not None and with_tier.rollup_with_tier(con, stmt, params):
+                    continue
                 con.execute(stmt, {k: params[k] for k in refs} if refs else None)
             except duckdb.Error as e:
                 raise RuntimeError(f"{f.name}: {e}") from e

@@ -242,7 +242,12 @@ def _analyze(
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)
-        rollup.build(con, overrides.get("rollup"))
+        rollup.build(con, overrides.get("rollup"), tier=opened.tier is not None)
+        if opened.tier is not None:
+            say(
+                f"rollup tier: {opened.tier.host_days} host-days stored, "
+                f"{opened.tier.raw_host_days} derived from raw samples"
+            )
         rules_con = con.cursor()  # rules run on their own cursor, interruptible from here
         rules_con.execute("SET TimeZone = 'UTC'")
         lock_down(con, opened.readable_dirs)

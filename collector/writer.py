@@ -116,12 +116,13 @@ class BucketWriter:
         data: pa.Table,
         extra: dict[bytes, bytes] | None = None,
         mark: str = "-",
+        name: str | None = None,
     ) -> Path:
         if self.s3 is not None:
-            return self._put_s3(table_name, day, data, extra, mark)
+            return self._put_s3(table_name, day, data, extra, mark, name)
         folder = self.partition_dir(table_name, day)
         folder.mkdir(parents=True, exist_ok=True)
-        final = folder / _file_name(table_name, data, mark)
+        final = folder / (name or _file_name(table_name, data, mark))
         tmp = folder / f"{TMP_PREFIX}{final.name}"
         data = data.replace_schema_metadata(_file_metadata(table_name, extra))
         pq.write_table(data, tmp, compression="zstd")
@@ -144,9 +145,10 @@ class BucketWriter:
         data: pa.Table,
         extra: dict[bytes, bytes] | None = None,
         mark: str = "-",
+        name: str | None = None,
     ) -> Path:
         """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
-        name = _file_name(table_name, data, mark)
+        name = name or _file_name(table_name, data, mark)
         key = (
             f"{self.s3_root}/{partition(table_name, day, self.host, self.host_dir)}/{name}".lstrip(
                 "/"
@@ -211,6 +213,23 @@ def write_compacted(
     w.host_dir = host_dir  # the folder it compacts, as it is named
     extra = {REPLACES_KEY: json.dumps(sorted(replaces)).encode()}
     return w._write_file(table_name, day, data, extra, mark=COMPACT_MARK)
+
+
+def write_derived(
+    bucket: str | os.PathLike[str],
+    host_dir: str,
+    table_name: str,
+    day: dt.date,
+    data: pa.Table,
+    extra: dict[bytes, bytes],
+) -> Path:
+    """A derived table's file (the analyzer's rollup tier) for one host-day, written
+    like a trace file (atomically, never overwriting) with ``extra`` metadata."""
+    w = BucketWriter(bucket, decode_host(host_dir))
+    w.host_dir = host_dir
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    name = file_name(table_name, start)
+    return w._write_file(table_name, day, data, extra, name=name)
 
 
 def replaced_by(path: str | os.PathLike[str], filesystem: Any = None) -> list[str]:

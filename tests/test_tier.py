@@ -1,0 +1,121 @@
+"""The stored rollup tier: same findings with no tier, a partial and a full one;
+a stale tier is rebuilt, never read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer import tier
+from analyzer.packs import load_packs
+from analyzer.runner import analyze
+from collector import layout
+from simulator.generate import simulate
+
+NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+START = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+DAY2 = dt.date(2026, 11, 24)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """Two scenarios over 30 h: two dates per host, so the analysis buckets by the minute."""
+    out = tmp_path_factory.mktemp("tier") / "bucket"
+    for scenario in ("fast-image-processor-leak", "cache-warmup"):
+        simulate(scenario, out, hosts=1, hours=30, seed=5, start=START)
+    return out
+
+
+@pytest.fixture
+def bucket(base: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(base, tmp_path / "bucket"))
+
+
+def _doc(bucket: Path, said: list[str] | None = None) -> str:
+    d = analyze(
+        bucket, load_packs(), now=NOW, progress=said.append if said is not None else None
+    ).to_dict()
+    for r in d["run"]["rules"]:
+        r.pop("duration_s")
+    d["run"].pop("bucket")
+    return json.dumps(d, sort_keys=True)
+
+
+def _tier_files(bucket: Path) -> list[Path]:
+    return sorted(p for t in tier.TIERS for p in (bucket / t).rglob("*.parquet"))
+
+
+def test_findings_identical_with_no_partial_and_full_tier(bucket) -> None:
+    said: list[str] = []
+    none = _doc(bucket, said)
+    assert not [s for s in said if s.startswith("rollup tier")]
+    assert json.loads(none)["findings"], "the scenario must find something to compare"
+    part = tier.build(bucket, before=DAY2)  # only the first day is finished
+    assert part.built == 2 and part.current == 0
+    said = []
+    assert _doc(bucket, said) == none
+    assert "rollup tier: 2 host-days stored, 2 derived from raw samples" in said
+    full = tier.build(bucket, before=NOW.date())
+    assert (full.built, full.current) == (2, 2)  # the first day was already current
+    said = []
+    assert _doc(bucket, said) == none
+    assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
+
+
+def _rewrite(f: Path, scale: float, meta: dict[bytes, bytes] | None = None) -> None:
+    t = pq.read_table(f)
+    md = dict(t.schema.metadata or {})
+    i = t.schema.get_field_index("used_max")
+    doubled = pa.array([int(v * scale) for v in t.column("used_max").to_pylist()], pa.int64())
+    f.unlink()
+    pq.write_table(
+        t.set_column(i, "used_max", doubled).replace_schema_metadata(md | (meta or {})), f
+    )
+
+
+def test_the_tier_is_read_where_current(bucket) -> None:
+    none = _doc(bucket)
+    tier.build(bucket, before=NOW.date())
+    for f in (bucket / "tier_gpu_buckets").rglob("*.parquet"):
+        _rewrite(f, 0.25)  # same hashes, other numbers: the analysis must show them
+    assert _doc(bucket) != none
+
+
+def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket) -> None:
+    none = _doc(bucket)
+    tier.build(bucket, before=NOW.date())
+    stale = [f for f in _tier_files(bucket) if "tier_gpu_buckets" in str(f)]
+    for f in stale:  # made by "other SQL", and with other numbers
+        _rewrite(f, 0.25, {tier.HASH_KEY: b"0" * 32})
+    assert _doc(bucket) == none  # the stale host-days come from raw samples
+    again = tier.build(bucket, before=NOW.date())
+    assert again.built == len(stale) and not any(f.exists() for f in stale)
+    assert _doc(bucket) == none
+
+
+def test_late_data_makes_the_day_raw_until_rebuilt(bucket) -> None:
+    tier.build(bucket, before=NOW.date())
+    folder = next((bucket / "gpu_samples").glob("date=2026-11-23/host=*"))
+    late = next(folder.glob("*.parquet"))
+    shutil.copy(late, folder / "gpu_samples-20261123T235959000000Z-late00000000.parquet")
+    said: list[str] = []
+    _doc(bucket, said)
+    assert "rollup tier: 3 host-days stored, 1 derived from raw samples" in said
+    assert tier.build(bucket, before=NOW.date()).built == 1
+
+
+def test_tier_files_follow_the_layout(bucket) -> None:
+    tier.build(bucket, before=DAY2)
+    for t in tier.TIERS:
+        entries = layout.list_entries(str(bucket), t)
+        assert {e.day for e in entries} == {dt.date(2026, 11, 23)}
+        for e in entries:
+            md = pq.read_metadata(e.path).metadata
+            assert md[tier.HASH_KEY].decode() == tier.sql_hash(60.0)
+            assert md[layout.TABLE_KEY].decode() == t
