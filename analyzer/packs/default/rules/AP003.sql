@@ -24,6 +24,10 @@ caching allocator. NCCL_DEBUG=INFO logs communicator creation; restarting
 the process frees it.
 """
 references  = ["https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"]
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `o1 IS NOT NULL` @ WHERE bins >= $min_bins AND o1 IS NOT NULL AND o4 IS NOT NULL", reason = "o4 - o1 in the next conjunct is NULL when o1 is NULL, so the row is filtered out either way"},
+  {mutant = "drop WHERE `o4 IS NOT NULL` @ WHERE bins >= $min_bins AND o1 IS NOT NULL AND o4 IS NOT NULL", reason = "o4 - o1 in the next conjunct is NULL when o4 is NULL, so the row is filtered out either way"},
+]
 [params]
 min_bins = 8
 min_growth_mib = 256
