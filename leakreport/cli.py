@@ -6,7 +6,7 @@ import click
 
 from analyzer import __version__
 from leakreport.cmd_analyze import analyze, fleet, report
-from leakreport.cmd_bucket import compact
+from leakreport.cmd_bucket import compact, rollup
 from leakreport.cmd_logs import logs
 from leakreport.cmd_rules import rules
 from leakreport.cmd_sim import eval_cmd, simulate
@@ -28,7 +28,7 @@ def cli() -> None:
     """
 
 
-for command in (simulate, analyze, report, fleet, compact, rules, logs, eval_cmd):
+for command in (simulate, analyze, report, fleet, compact, rollup, rules, logs, eval_cmd):
     cli.add_command(command)
 
 

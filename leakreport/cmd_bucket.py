@@ -1,4 +1,4 @@
-"""``leakreport compact``: bucket maintenance."""
+"""``leakreport compact`` and ``leakreport rollup``: bucket maintenance."""
 
 from __future__ import annotations
 
@@ -44,5 +44,39 @@ def compact(bucket: str, before: dt.date | None) -> None:
     )
     for line in res.skipped:
         err(f"leakreport: incomplete: left as it is: {line}")
+    if res.skipped:
+        raise SystemExit(exitcodes.INCOMPLETE)
+
+
+@click.command()
+@click.argument("bucket")
+@click.option(
+    "--before",
+    callback=parse_date,
+    help="Derive days before this date (default: before today, UTC).",
+)
+@verbosity_options
+def rollup(bucket: str, before: dt.date | None) -> None:
+    """Store the rollup tier of each finished host-day, so analyses read it instead
+    of re-deriving those days from raw samples.
+
+    BUCKET is a folder or s3://bucket/prefix. Only host-days whose tier is missing
+    or stale (the rollup SQL changed, late files arrived, compaction ran since)
+    are derived; analyses give the same findings with or without the tier. Run it
+    after `leakreport compact`.
+
+    \b
+    Example (daily cron):
+      leakreport compact /data/traces && leakreport rollup /data/traces
+    """
+    from analyzer.tier import build
+
+    try:
+        res = build(bucket, before, progress=console())
+    except (OSError, RuntimeError) as e:
+        die(str(e))
+    click.echo(f"{res.built} host-days derived, {res.current} already current")
+    for line in res.skipped or []:
+        err(f"leakreport: incomplete: left out: {line}")
     if res.skipped:
         raise SystemExit(exitcodes.INCOMPLETE)

@@ -119,3 +119,15 @@ def test_tier_files_follow_the_layout(bucket) -> None:
             md = pq.read_metadata(e.path).metadata
             assert md[tier.HASH_KEY].decode() == tier.sql_hash(60.0)
             assert md[layout.TABLE_KEY].decode() == t
+
+
+def test_rollup_command(bucket) -> None:
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "leakreport", "rollup", str(bucket), "--before", "2026-11-24"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 host-days derived, 0 already current" in r.stdout
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert "0 host-days derived, 2 already current" in r.stdout
