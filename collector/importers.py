@@ -344,26 +344,6 @@ def gpu_memory_log(
     return read_gpu_memory_log(path, host, gpu=gpu, total_mib=total_mib, tz=tz).rows
 
 
-_TS_FULL = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})")
-_TS_MD = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d{2})-(\d{2}) (\d{2}:\d{2}:\d{2})")
-
-
-def _line_time(text: str, year: int, tz: dt.tzinfo = dt.UTC) -> dt.datetime | None:
-    """The line's own time, read in ``tz`` (servers print local time), as UTC."""
-    m = _TS_FULL.search(text[:120])
-    try:
-        if m:
-            t = dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}")
-        else:
-            m = _TS_MD.search(text[:160])
-            if not m:
-                return None
-            t = dt.datetime.fromisoformat(f"{year}-{m.group(1)}-{m.group(2)}T{m.group(3)}")
-    except ValueError:
-        return None
-    return t.replace(tzinfo=tz).astimezone(dt.UTC)
-
-
 def server_log(
     path: str | os.PathLike[str],
     host: str,
@@ -376,15 +356,15 @@ def server_log(
     zone_ = zone(tz)
     p = Path(path)
     mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)
-    year = year or mtime.year
     inode = p.stat().st_ino
+    matcher = logsig.Matcher()  # keeps the lines that continue a kept one
     rows, offset, last = [], 0, None
     with open(p, "rb") as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
-            when = _line_time(text, year, zone_) or last
+            when = logsig.line_time(text, year, zone_, fallback_year=mtime.year) or last
             last = when or last
-            sig = logsig.match(text)
+            sig = matcher.match(text)
             if sig is not None:
                 rows.append(
                     {

@@ -2,21 +2,34 @@
 
 The collector stores facts; this module only tags a line with the first
 signature it matches (cheap, no parsing). Interpretation of the fields happens
-in the analyzer, so old traces benefit from new parsers.
+in the analyzer, so old traces benefit from new parsers. A record that a
+terminal or a shipper wrapped over several lines is kept whole: :class:`Matcher`
+also keeps the lines that continue a kept line (signature ``continuation``).
+
+:func:`line_time` reads a line's own time with the analyzer's policy: the
+engine's stamp wins over a shipper's stamp in front of it, offsets are honoured,
+naive stamps are read in the given zone. Standard library only.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 # Priority order: the first signature that matches names the line.
 SIGNATURES: tuple[tuple[str, str], ...] = (
-    ("kv_leak_check", r"memory leak detected"),
-    ("oom", r"out of memory|OutOfMemoryError"),
-    ("server_args", r"ServerArgs\("),
+    (
+        "kv_leak_check",
+        r"(?i:pool\w* (?:mem(?:ory)? )?leak detected)|Warning: available_size=\d+, max_total_num_token",
+    ),
+    ("oom", r"(?i:out of memory|OutOfMemoryError|cuda runtime error \(2\))"),
+    (
+        "server_args",
+        r"ServerArgs\(|non-default args: \{|\bargs: Namespace\(|LLM engine (?:\(v[^)]*\) )?with config:",
+    ),
     (
         "engine_version",
-        r"API server version|LLM engine \(v\d|vLLM version|sglang==\d|(?i:sglang version)",
+        r"API server version|LLM engine \(v\d|vLLM version|█ +version \d|sglang==\d|(?i:sglang version)",
     ),
     (
         "image_processor",
@@ -25,7 +38,9 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
     ("batch_stats", r"(?:Prefill|Decode) batch[.,]|new fill batch|Avg prompt throughput:"),
     (
         "kv_capacity",
-        r"KV Cache is allocated|max_total_num_tokens=|GPU blocks:|kv_cache_size=|KV cache (?:memory|size)",
+        r"KV Cache is allocated|max_total_num_tokens=|(?:GPU|cuda|npu|xpu|hpu) blocks:|kv_cache_size="
+        r"|KV cache (?:memory|size)|full_layer_tokens=|Maximum concurrency for|reserved for KV Cache"
+        r"|stored in KV cache \(",
     ),
     (
         "memory_info",
@@ -43,6 +58,15 @@ _ANY = re.compile("|".join(f"(?:{rx})" for _, rx in SIGNATURES))
 
 MAX_LINE_BYTES = 64 * 1024
 
+# Lines that may continue the line before them: not a new record (no stamp, prefix,
+# indentation, exception name or traceback header). Kept after these signatures only.
+_NEW_RECORD = re.compile(
+    r"^(?:\s|\[|\(|\{|#|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Traceback"
+    r"|[\w.]*(?:Error|Exception|Warning|Interrupt)\b|[\w.-]+ +\| )"
+)
+_CONTINUED = {"kv_leak_check", "oom", "server_args", "kv_capacity", "batch_stats"}
+MAX_CONTINUATION = 3
+
 
 def match(line: str) -> str | None:
     """The name of the first signature the line matches, or None."""
@@ -52,3 +76,77 @@ def match(line: str) -> str | None:
         if rx.search(line):
             return name
     return None  # pragma: no cover - _ANY matched, so one of them does
+
+
+class Matcher:
+    """:func:`match` for one file read in order, which also tags the (at most three)
+    lines that continue a kept event line as ``continuation``."""
+
+    def __init__(self) -> None:
+        self._open = 0
+
+    def match(self, line: str) -> str | None:
+        sig = match(line)
+        if sig is not None:
+            self._open = MAX_CONTINUATION if sig in _CONTINUED else 0
+            return sig
+        if self._open and line and not _NEW_RECORD.match(line):
+            self._open -= 1
+            return "continuation"
+        self._open = 0
+        return None
+
+
+# --- the line's own time ---------------------------------------------------------
+
+_OUTER = re.compile(
+    r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,]\d+)?(Z|[+-]\d\d:?\d\d)?"
+    r"(?: +(?:stdout|stderr) [FP])?(?: +\|)? "
+)
+_FULL = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,]\d+)?(?: ?(Z|[+-]\d\d:?\d\d)\b)?")
+_MONTH_DAY = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d:\d\d:\d\d)")
+
+
+def _offset(text: str | None, tz: dt.tzinfo) -> dt.tzinfo:
+    if not text:
+        return tz
+    if text == "Z":
+        return dt.UTC
+    sign = -1 if text[0] == "-" else 1
+    digits = text[1:].replace(":", "")
+    return dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
+
+
+def line_time(
+    text: str,
+    year: int | None = None,
+    tz: dt.tzinfo = dt.UTC,
+    *,
+    fallback_year: int | None = None,
+) -> dt.datetime | None:
+    """The time a server log line states, as UTC; None when it states none.
+
+    The engine's own stamp wins over a shipper's stamp at the start of the line
+    (docker ``--timestamps``, CRI, a viewer's ``date | ``), which lends its year to
+    vLLM's ``MM-DD``; a stamp with an offset is read with it, a naive one in ``tz``.
+    ``year`` (given by a person) wins for ``MM-DD`` stamps; ``fallback_year`` (a file's
+    mtime, say) is used only when neither it nor a dated prefix gives one."""
+    head = text[:200]
+    outer = _OUTER.match(head)
+    rest = head[outer.end() :] if outer else head
+    try:
+        m = _FULL.search(rest)
+        if m:
+            t = dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}")
+            return t.replace(tzinfo=_offset(m.group(3), tz)).astimezone(dt.UTC)
+        m = _MONTH_DAY.search(rest)
+        y = year or (int(outer.group(1)[:4]) if outer else None) or fallback_year
+        if m and y:
+            t = dt.datetime.fromisoformat(f"{y}-{m.group(1)}-{m.group(2)}T{m.group(3)}")
+            return t.replace(tzinfo=tz).astimezone(dt.UTC)
+        if outer:
+            t = dt.datetime.fromisoformat(f"{outer.group(1)}T{outer.group(2)}")
+            return t.replace(tzinfo=_offset(outer.group(3), tz)).astimezone(dt.UTC)
+    except ValueError:
+        return None
+    return None

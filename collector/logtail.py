@@ -98,11 +98,12 @@ def _matches(f: IO[bytes], size: int, cur: Cursor) -> bool:
     return bool(fp == cur["fp"])
 
 
-def _file_id(f: IO[bytes]) -> bytes:
-    """The file's first line (at most 4 KiB): fixed once any line of it has been read."""
+def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
+    """A hash of the file's first line (at most 4 KiB), and whether that line is complete."""
     head = _head(f, FP_BYTES)
     nl = head.find(b"\n")
-    return hashlib.sha1(head if nl < 0 else head[: nl + 1], usedforsecurity=False).digest()
+    first = head if nl < 0 else head[: nl + 1]
+    return hashlib.sha1(first, usedforsecurity=False).digest(), nl >= 0 or len(head) == FP_BYTES
 
 
 def _compressed(p: Path) -> bool:
@@ -147,16 +148,33 @@ def rotated(path: str) -> tuple[list[Path], list[Path]]:
 
 
 class _Reader:
-    def __init__(self, res: TailResult, now: dt.datetime, host: str, budget: int, deadline: float):
+    def __init__(
+        self,
+        res: TailResult,
+        now: dt.datetime,
+        host: str,
+        budget: int,
+        deadline: float,
+        labels: dict[str, int],
+    ):
         self.res, self.now, self.host = res, now, host
-        self.budget, self.deadline = budget, deadline
+        self.budget, self.deadline, self.labels = budget, deadline, labels
+        self.sig = logsig.Matcher()
 
     def out_of_time(self) -> bool:
         return self.budget <= 0 or time.monotonic() >= self.deadline
 
-    def read(self, f: IO[bytes], start: int, inode: int) -> tuple[int, bool]:
-        """Complete lines from ``start``; (offset after the last one, reached the end)."""
-        fid = _file_id(f)
+    def read(self, f: IO[bytes], start: int) -> tuple[int, bool]:
+        """Complete lines from ``start``; (offset after the last one, reached the end).
+
+        Rows carry the inode of the file where their generation (its first line)
+        was first seen: a copy or a renamed file gives the same rows as the original.
+        """
+        fid, whole = _file_id(f)
+        inode = os.fstat(f.fileno()).st_ino
+        if whole:
+            inode = self.labels.setdefault(fid.hex()[:16], inode)
+        self.sig = logsig.Matcher()  # per file: keeps the lines that continue a kept one
         f.seek(start)
         pos = start
         buf = b""
@@ -183,7 +201,7 @@ class _Reader:
         res.lines += 1
         truncated = len(raw) > MAX_LINE
         text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
-        sig = logsig.match(text)
+        sig = self.sig.match(text)
         if sig is None:
             res.unmatched += 1
             return
@@ -231,10 +249,17 @@ def tail(
     host: str,
     max_bytes: int = 256 << 20,
     deadline: float | None = None,
+    labels: dict[str, int] | None = None,
 ) -> TailResult:
-    """New complete lines of ``path`` since ``cursor`` (rotated generations first)."""
+    """New complete lines of ``path`` since ``cursor`` (rotated generations first).
+
+    ``labels`` (first-line hash -> inode, updated here) makes the ``inode`` of
+    the rows a property of the lines: save it *before* the rows are written, so
+    that a run repeated after a crash labels its rows as the first one did.
+    """
     res = TailResult(path)
-    rd = _Reader(res, now, host, max_bytes, deadline if deadline is not None else float("inf"))
+    end = deadline if deadline is not None else float("inf")
+    rd = _Reader(res, now, host, max_bytes, end, labels if labels is not None else {})
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as e:
@@ -253,13 +278,17 @@ def tail(
                 and _matches(f, st.st_size, cursor)
             ):
                 start = int(cursor.get("offset", 0))
+                if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
+                    _copies_since(rd, path, cursor, st.st_ino)
             else:
                 at, prev = _finish_old(rd, path, cursor, same_inode)
                 if at is not None:  # stopped inside a rotated file: resume there next run
                     res.cursor = at
                     return res
-        pos, _ = rd.read(f, start, st.st_ino)
+        pos, _ = rd.read(f, start)
         res.cursor = _stamp(f, os.fstat(f.fileno()).st_size, pos)
+        if not res.cursor["fp_len"]:
+            res.cursor["t"] = time.time()
         if prev is not None:
             res.cursor["prev"] = prev
     return res
@@ -274,7 +303,7 @@ def _finish_prev(rd: _Reader, path: str, prev: Cursor | None) -> Cursor | None:
     if hit is None:
         return None  # gone (deleted or compressed) after it was read to its end
     with hit[1].open("rb") as f:
-        pos, _ = rd.read(f, int(prev["offset"]), int(prev["inode"]))
+        pos, _ = rd.read(f, int(prev["offset"]))
         return _stamp(f, os.fstat(f.fileno()).st_size, pos)
 
 
@@ -299,7 +328,7 @@ def _finish_old(
         return None, None  # without the old file, no rotated generation is known to be newer
     todo = [(hit[1], int(cur.get("offset", 0)))] + [(q, 0) for q in cands[hit[0] + 1 :]]
     watch: Cursor | None = None
-    for k, (p, start) in enumerate(todo):
+    for p, start in todo:
         try:
             f = p.open("rb")
         except OSError as e:
@@ -307,14 +336,29 @@ def _finish_old(
             continue
         with f:
             st = os.fstat(f.fileno())
-            # copies made by copytruncate hold lines written to the original inode
-            label = int(cur["inode"]) if truncated_in_place else st.st_ino
-            if k == 0 and "label" in cur:
-                label = int(cur["label"])
-            pos, done = rd.read(f, start, label)
+            pos, done = rd.read(f, start)
             stamp = _stamp(f, st.st_size, pos)
             if not done:
-                return ({**stamp, "label": label} if label != st.st_ino else stamp), None
+                return stamp, None
             if not truncated_in_place:
                 watch = stamp  # the newest renamed file: the server may still append to it
     return None, watch
+
+
+def _copies_since(rd: _Reader, path: str, cur: Cursor, inode: int) -> None:
+    """The cursor was taken on an empty file, so no fingerprint can tell a copytruncate
+    since: read the rotated files written after the cursor that are not the renamed
+    file still watched (``prev``) - copies of this file made since."""
+    t = float(cur.get("t", time.time()))
+    skip = {inode, int((cur.get("prev") or {}).get("inode", -1))}
+    cands, _ = rotated(path)
+    for p in cands:
+        try:
+            f = p.open("rb")
+        except OSError:
+            continue
+        with f:
+            st = os.fstat(f.fileno())
+            if st.st_ino in skip or st.st_mtime <= t or st.st_size == 0:
+                continue
+            rd.read(f, 0)

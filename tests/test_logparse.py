@@ -239,3 +239,73 @@ def test_never_raises_on_arbitrary_text(lines: list[str]) -> None:
 def test_event_lines_never_move_whatever_follows(lines: list[str]) -> None:
     for e in _parse(lines):
         assert lines[e["line"] - 1]  # an event sits on a non-empty line it names
+
+
+# --- through the collector and the bucket ------------------------------------------------
+
+
+def _block(name: str, source_start: str) -> list[str]:
+    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    [(first, last)] = [
+        (s, e)
+        for s, e in _blocks(CORPUS / name)
+        if lines[s - 1].startswith("# source: " + source_start)
+    ]
+    return lines[first:last]
+
+
+def _import(tmp_path: Path, bucket: Path, host: str, lines: list[str]) -> None:
+    from collector.importers import server_log
+    from collector.writer import BucketWriter
+
+    f = tmp_path / f"{host}.log"
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows = server_log(f, host, year=2026)
+    assert rows, host
+    BucketWriter(str(bucket), host).write("log_lines", rows)
+
+
+def test_vllm_cohorts_from_real_vllm_logs_carry_their_flags(tmp_path) -> None:
+    """Servers seen only through their logs: server_info and the fleet cohort get the
+    flags vLLM states in 'non-default args' (and the version its API server prints)."""
+    from analyzer.fleet import cohort_of
+    from analyzer.packs import load_packs
+    from analyzer.runner import analyze
+
+    bucket = tmp_path / "bucket"
+    viewer = _block("vllm_more.txt", "GitHub repository file (docker log viewer export")
+    collapsed = _block(
+        "vllm_more.txt", "GitHub repository file (issue digest quoting vLLM 0.11.0 with LoRA"
+    )
+    _import(tmp_path, bucket, "gpu-a", viewer)
+    _import(tmp_path, bucket, "gpu-b", collapsed)
+    doc = analyze(bucket, load_packs())
+    hosts = {h.host: h for h in doc.hosts}
+    a, b = hosts["gpu-a"], hosts["gpu-b"]
+    assert (a.engine, a.model) == ("vllm", "RedHatAI/Qwen3.6-35B-A3B-NVFP4")
+    assert a.flags == {"gpu_memory_utilization": 0.8}
+    assert (b.engine, b.engine_version) == ("vllm", "0.11.0")
+    assert b.flags == {"gpu_memory_utilization": 0.96, "tp_size": 2}
+    assert cohort_of(a)[:3] == ("vllm", "?", "gpu_memory_utilization=0.8")
+    assert cohort_of(b)[:3] == ("vllm", "0.11.0", "gpu_memory_utilization=0.96")
+
+
+def test_a_wrapped_record_survives_the_collector(tmp_path) -> None:
+    """The collector keeps the lines that continue a kept line; the analyzer joins only
+    lines that were adjacent in the file."""
+    from analyzer import logevents
+    from analyzer.bucket import open_bucket
+
+    bucket = tmp_path / "bucket"
+    leak = _block("sglang_more.txt", "sgl-project/sglang#6888")
+    oom = _block("torch_more.txt", "GitHub repository file (deployment notes with a vLLM server")
+    _import(tmp_path, bucket, "h", leak + ["unkept line between"] + oom)
+    con, _ = open_bucket(bucket)
+    logevents.build(con)
+    got = con.sql(
+        'SELECT event, pool, evictable_size, allocated_bytes, reserved_bytes FROM log_events ORDER BY "offset"'
+    ).fetchall()
+    assert got == [
+        ("kv_leak_check", "token_to_kv_pool_allocator", 325120, None, None),
+        ("oom", None, None, round(15.04 * 2**30), round(4.72 * 2**20)),
+    ]

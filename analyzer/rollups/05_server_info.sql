@@ -7,7 +7,7 @@ SELECT host, pid, arg_max(engine, ts) AS engine, arg_max(engine_version, ts) AS 
        arg_max(disable_fast_image_processor, ts) AS disable_fast_image_processor,
        arg_max(tp_size, ts) AS tp_size, arg_max(flags_json, ts) AS flags_json,
        min(ts) AS first_ts, max(ts) AS last_ts
-FROM processes
+FROM (SELECT * FROM processes UNION ALL BY NAME SELECT * FROM log_server_info)  -- logs state flags too
 WHERE engine IS NOT NULL
 GROUP BY host, pid;
 
