@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 FAMILIES = ("sglang", "vllm", "torch")
 
@@ -210,6 +211,10 @@ def grade_file(labels: Path, *, year: int | None = None, tz: str = "UTC") -> Fil
 
 def grade(paths: list[Path], *, year: int | None = None, tz: str = "UTC") -> Grade:
     """Grade every labels file in ``paths`` (files, or folders of ``*.jsonl``)."""
+    try:
+        ZoneInfo(tz)
+    except (KeyError, ValueError):
+        raise ValueError(f"unknown time zone {tz!r}") from None
     files: list[Path] = []
     for p in paths:
         if p.is_dir():

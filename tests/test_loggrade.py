@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,38 @@ def test_a_parser_crash_is_reported_not_raised(tmp_path, monkeypatch) -> None:
     [f] = loggrade.grade([p]).files
     assert f.crashed == "RuntimeError: broken recogniser"
     assert loggrade.grade([p]).families()["sglang"]["crashes"] == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leakreport", "logs", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_grade_exit_codes(tmp_path) -> None:
+    r = _cli("grade", str(CORPUS / "labels"))
+    assert r.returncode == 0, r.stderr
+    assert "family sglang" in r.stdout and "family vllm" in r.stdout and "100.0 % right" in r.stdout
+    r = _cli("grade", "--json", str(CORPUS / "labels" / "torch_more.jsonl"))
+    assert json.loads(r.stdout)["families"]["torch"]["right"] >= 30
+    wrong = _write(tmp_path, [OOM], [{"line": 1, "event": "kv_leak_check", "fields": {}}])
+    r = _cli("grade", "--show", str(wrong))
+    assert r.returncode == 1 and "line 1: false oom" in r.stderr
+    wrong.write_text("{broken\n", encoding="utf-8")
+    r = _cli("grade", str(wrong))
+    assert r.returncode == 2 and "sglang_x.jsonl:1: not JSON" in r.stderr
+    r = _cli("grade", "--tz", "Nowhere/Land", str(CORPUS / "labels"))
+    assert r.returncode == 2 and "Nowhere/Land" in r.stderr
+
+
+def test_cli_parse_tz(tmp_path) -> None:
+    f = tmp_path / "s.log"
+    f.write_text("[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8\n", encoding="utf-8")
+    r = _cli("parse", "--tz", "Asia/Shanghai", str(f))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ts"] == "2025-02-26T20:46:39"
+    r = _cli("parse", "--tz", "Nowhere/Land", str(f))
+    assert r.returncode == 2 and "Nowhere/Land" in r.stderr
