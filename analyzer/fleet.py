@@ -313,9 +313,13 @@ def _verdict(host: str, gpu: int | None, idx: list[int], doc: FindingsDocument) 
                 break
     conf = next((str(f.evidence["confidence"]) for f in fs if f.evidence.get("confidence")), None)
     if conf is None and "known_bug.fast_image_processor" in cats:
-        conf = "high (known bug signature)"
-    elif conf is None and "KV001" in by_rule and (_num(by_rule["KV001"].evidence.get("leak_checks")) or 0) > 0:
-        conf = "high (the engine's own leak check)"
+        conf = "high (known bug)"
+    elif (
+        conf is None
+        and "KV001" in by_rule
+        and (_num(by_rule["KV001"].evidence.get("leak_checks")) or 0) > 0
+    ):
+        conf = "high (engine check)"
     return GpuVerdict(
         host, gpu, label, severity, cats, rate, rate_rule, hours,
         _oom_clock(doc.run.data_end, hours), oom_rule, conf, idx,

@@ -9,6 +9,7 @@ console message the page makes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -159,7 +160,9 @@ class Page:
             raise RuntimeError(f"{expr[:80]}: {r['exceptionDetails']}")
         return r["result"].get("value")
 
-    def mouse(self, kind: str, x: float, y: float, *, button: str = "none", clicks: int = 0) -> None:
+    def mouse(
+        self, kind: str, x: float, y: float, *, button: str = "none", clicks: int = 0
+    ) -> None:
         self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button=button, clickCount=clicks)
 
     def screenshot(self, path: Path) -> None:
@@ -169,7 +172,11 @@ class Page:
 
     def requests(self) -> list[str]:
         """Every URL the page asked for (the page itself included)."""
-        return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent"
+        ]
 
     def errors(self) -> list[str]:
         """Console errors, uncaught exceptions and failed loads."""
@@ -187,10 +194,8 @@ class Page:
         return out
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             self.send("Browser.close")
-        except (ConnectionError, RuntimeError, OSError):
-            pass
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

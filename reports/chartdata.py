@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from analyzer.findings import AllocSeries, Event, GpuSeries, KvSeries
 
 MIB = 2**20
-RANK_COLORS = ("#1570ef", "#dc6803", "#039855", "#6941c6", "#c11574", "#0e9384", "#475467", "#b42318")
+RANK_COLORS = (
+    "#1570ef",
+    "#dc6803",
+    "#039855",
+    "#6941c6",
+    "#c11574",
+    "#0e9384",
+    "#475467",
+    "#b42318",
+)
 EVENT_STYLE = {
     "oom": ("OOM", "#b42318"),
     "restart": ("restart", "#667085"),
@@ -86,22 +95,34 @@ class ChartSpec:
             "y": [round(self.y0), round(self.y1)],
             "total": self.total,
             "s": [
-                {"n": s.name, "c": s.color, "t": rel(s.t), "v": val(s.v), "k": s.scale,
-                 "w": s.width, "d": s.dash}
+                {
+                    "n": s.name,
+                    "c": s.color,
+                    "t": rel(s.t),
+                    "v": val(s.v),
+                    "k": s.scale,
+                    "w": s.width,
+                    "d": s.dash,
+                }
                 for s in self.series
             ],  # fmt: skip
             "band": list(self.band) if self.band else None,
             "idle": [[round(a - self.x0), round(b - self.x0)] for a, b in self.idle],
-            "trend": [[round(a - self.x0), round(va), round(b - self.x0), round(vb)]
-                      for a, va, b, vb in self.trend],  # fmt: skip
+            "trend": [
+                [round(a - self.x0), round(va), round(b - self.x0), round(vb)]
+                for a, va, b, vb in self.trend
+            ],  # fmt: skip
             "proj": None
             if self.projection is None
-            else [round(self.projection[0] - self.x0), round(self.projection[1]),
-                  round(self.projection[2] - self.x0), round(self.projection[3])],  # fmt: skip
+            else [
+                round(self.projection[0] - self.x0),
+                round(self.projection[1]),
+                round(self.projection[2] - self.x0),
+                round(self.projection[3]),
+            ],  # fmt: skip
             "thr": [[round(v), label] for v, label in self.thresholds],
             "mk": [
-                [round(m.t - self.x0), m.label, m.color, m.lane, rel(m.ticks)]
-                for m in self.markers
+                [round(m.t - self.x0), m.label, m.color, m.lane, rel(m.ticks)] for m in self.markers
             ],
         }
         # "</" never appears inside the inline <script> block
@@ -204,7 +225,9 @@ def build_spec(
     """One chart for one GPU, or for the ranks of one server overlaid."""
     gpus = [g for g in gpus if g.t]
     alloc = [a for a in alloc or [] if a.t]
-    ts = [t for g in gpus for t in (g.t[0], g.t[-1])] + [t for a in alloc for t in (a.t[0], a.t[-1])]
+    ts = [t for g in gpus for t in (g.t[0], g.t[-1])] + [
+        t for a in alloc for t in (a.t[0], a.t[-1])
+    ]
     x0, x1 = (min(ts), max(ts)) if ts else (0.0, 60.0)
     x1 = max(x1, x0 + 60)
     data_end = x1
@@ -218,7 +241,11 @@ def build_spec(
         name = f"GPU {g.gpu} used" + (" (peak)" if single else "")
         series.append(Series(name, color, g.t, [v / MIB for v in g.used_max]))
         if single:
-            series.append(Series(f"GPU {g.gpu} used (low)", color, g.t, [v / MIB for v in g.used_min], width=0.5))
+            series.append(
+                Series(
+                    f"GPU {g.gpu} used (low)", color, g.t, [v / MIB for v in g.used_min], width=0.5
+                )
+            )
             band = (0, 1)
     for a in alloc:
         who = f"pid {a.pid}"
@@ -261,7 +288,11 @@ def build_spec(
         if near:
             thresholds.append((total, "limit"))
     if kv is not None and kv.t:
-        series.append(Series("KV-cache usage %", "#344054", kv.t, [v * 100 for v in kv.kv], scale="kv", width=1.0))
+        series.append(
+            Series(
+                "KV-cache usage %", "#344054", kv.t, [v * 100 for v in kv.kv], scale="kv", width=1.0
+            )
+        )
     evs = [e for e in events if e.gpu is None or any(e.gpu == g.gpu for g in gpus)]
     idle = [(max(s, x0), min(e, x1)) for g in gpus[:1] for s, e, _b in g.idle_windows if e > s]
     return ChartSpec(

@@ -96,7 +96,9 @@ def _nice(step: float) -> float:
     return step
 
 
-def _thin(t: list[float], v: list[float | None], keep_max: bool) -> tuple[list[float], list[float | None]]:
+def _thin(
+    t: list[float], v: list[float | None], keep_max: bool
+) -> tuple[list[float], list[float | None]]:
     """At most MAX_SVG_POINTS points, each the peak (or trough) of its chunk."""
     step = max(1, -(-len(t) // MAX_SVG_POINTS))
     if step == 1:
@@ -159,20 +161,24 @@ def render_spec(spec: ChartSpec) -> Chart:
     gstep = _nice((y1 - y0) / 1024 / 5)
     g = (y0 / 1024 // gstep + 1) * gstep
     while g * 1024 <= y1:
-        yy = _f(y(g * 1024))
-        c.lines.append(Line(_f(ML), yy, _f(ML + PW), yy, "grid"))
-        c.texts.append(Text(_f(ML - 6), yy, f"{g:g}", "tick", "end"))
+        gy = _f(y(g * 1024))
+        c.lines.append(Line(_f(ML), gy, _f(ML + PW), gy, "grid"))
+        c.texts.append(Text(_f(ML - 6), gy, f"{g:g}", "tick", "end"))
         g += gstep
     _time_ticks(c, x0, x1, x)
     label = "GiB used"
     if spec.total and not spec.total_in_view:
         label += f" (limit {spec.total / 1024:,.1f} GiB, above)"
     c.texts.append(Text("13", _f(MT + PH / 2), label, "axis ylabel"))
-    for v, name in spec.thresholds:
-        yy = _f(y(v))
+    last_label = 1e9
+    for v, name in sorted(spec.thresholds, key=lambda th: -th[0]):
+        yy = y(v)
         css = "thr-limit" if name == "limit" else ("thr-crit" if name == "90 %" else "thr-warn")
-        c.lines.append(Line(_f(ML), yy, _f(ML + PW), yy, css))
-        c.texts.append(Text(_f(ML + PW + 4), yy, name, "thr-label", "start"))
+        c.lines.append(Line(_f(ML), _f(yy), _f(ML + PW), _f(yy), css))
+        ly = yy + 11 if yy + 11 <= MT + PH - 2 else yy - 3  # inside the plot, by its line
+        if abs(ly - last_label) >= 13:  # never on another label
+            c.texts.append(Text(_f(ML + 4), _f(ly), name, "thr-label", "start"))
+            last_label = ly
     if spec.band is not None:
         up, lo = spec.series[spec.band[0]], spec.series[spec.band[1]]
         ut, uv = _thin(up.t, up.v, True)
@@ -183,28 +189,30 @@ def render_spec(spec: ChartSpec) -> Chart:
     for i, s in enumerate(spec.series):
         if spec.band is not None and i == spec.band[1]:
             continue
-        t, v = _thin(s.t, s.v, True)
-        for pts in _segments(t, v, x, ky if s.scale == "kv" else y):
+        st, sv = _thin(s.t, s.v, True)
+        for pts in _segments(st, sv, x, ky if s.scale == "kv" else y):
             c.polys.append(Poly(pts, s.color, s.width, s.dash))
         c.legend.append((s.name.replace(" (peak)", " (peak, low-high band)"), s.color))
     if spec.kv:
         for pct in (0, 50, 100):
-            c.texts.append(Text(_f(ML + PW + 4), _f(ky(pct)), f"KV {pct}%", "tick kv", "start"))
+            c.texts.append(Text(_f(ML + PW + 4), _f(ky(pct)), f"{pct}%", "tick kv", "start"))
     for a, va, b, vb in spec.trend:
         c.lines.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "trend"))
     if spec.trend:
         c.legend.append(("idle-baseline trend", "#7a2e0e"))
     if spec.projection is not None:
         a, va, b, vb = spec.projection
-        c.lines.append(Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "projection", title=spec.projection_note))
+        c.lines.append(
+            Line(_f(x(a)), _f(y(va)), _f(x(b)), _f(y(vb)), "projection", title=spec.projection_note)
+        )
         c.legend.append(("OOM projection", "#b42318"))
     if spec.idle:
         c.legend.append(("idle windows", "#b2ddff"))
     for m in spec.markers:
         xx = x(m.t)
         if m.ticks:
-            for t in m.ticks:
-                tx = _f(x(t))
+            for tk in m.ticks:
+                tx = _f(x(tk))
                 c.lines.append(Line(tx, _f(MT), tx, _f(MT + 8), "marker", m.color, m.title))
         else:
             c.lines.append(Line(_f(xx), _f(MT), _f(xx), _f(MT + PH), "marker", m.color, m.title))

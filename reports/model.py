@@ -10,30 +10,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from analyzer.categories import CATEGORIES, SEVERITIES
-from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, RuleStatus
+from analyzer.findings import Finding, FindingsDocument, GpuSeries, RuleStatus
 from analyzer.fleet import GpuVerdict, gpu_verdicts
 from reports import charts
 from reports.chartdata import build_spec
-
-MAX_LOG_LINES = 20
+from reports.text import LogLine, _label, _merged_logs, first_remedy, format_value, options
 
 
 @dataclass
 class KV:
     key: str
     value: str
-
-
-@dataclass
-class LogLine:
-    ts: str
-    kind: str
-    text: str
-    count: int = 1
-    last_ts: str = ""
 
 
 @dataclass
@@ -120,89 +109,10 @@ class ReportModel:
     gaps: list[str]
 
 
-def _human_bytes(v: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(v) >= size:
-            return f"{v / size:,.2f} {unit}"
-    return f"{v:,.0f} B"
-
-
-def format_value(key: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, float)):
-        if key.endswith("_bytes"):
-            return _human_bytes(float(v))
-        if key.endswith("_mib"):
-            return f"{v:,.0f} MiB"
-        if key.endswith("_mib_per_h"):
-            return f"{v:,.1f} MiB/h"
-        if key.endswith("_pct"):
-            return f"{v:.1f} %"
-        if key.startswith("hours") or key.endswith("_h"):
-            return f"{v:,.2f} h"
-        if isinstance(v, float):
-            return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-        return f"{v:,}"
-    return str(v)
-
-
-def _label(key: str) -> str:
-    return key.replace("_", " ").replace(" mib", "").replace(" pct", "").replace(" bytes", "")
-
-
 def _when(f: Finding) -> str:
     if f.start and f.end and f.start != f.end:
         return f"{f.start} → {f.end}"
     return f.start or f.end or ""
-
-
-_OPTION = re.compile(r"^([A-Z])\.\s")
-_ACTION = re.compile(
-    r"\b(restart|upgrade|set|lower|reuse|disable|no action|take|check|keep|look|plan|pin)",
-    re.I,
-)
-
-
-def options(text: str) -> list[str]:
-    """Remedies listed as 'A. ...', 'B. ...' (each with its cost), one string each."""
-    out: list[str] = []
-    for line in text.splitlines():
-        if _OPTION.match(line.strip()):
-            out.append(line.strip())
-        elif out and line.strip():
-            out[-1] += " " + line.strip()
-    return out if len(out) >= 2 else []
-
-
-def first_remedy(text: str, limit: int = 150) -> str:
-    """The first thing to do: option A where options are listed, else the first sentence
-    that asks for an action; cut at a word boundary."""
-    opts = options(text)
-    if opts:
-        return opts[0].split(":")[0]
-    flat = " ".join(text.split())
-    sentences = re.split(r"(?<=[.!?])\s+", flat)
-    s = next((x for x in sentences if _ACTION.search(x)), sentences[0] if sentences else "")
-    return s if len(s) <= limit else s[: limit - 1].rsplit(" ", 1)[0] + " …"
-
-
-def _merged_logs(events: list[Event]) -> list[LogLine]:
-    """The newest lines, identical ones (timestamps and numbers aside) merged with a count."""
-    out: list[LogLine] = []
-    last: dict[tuple[str, str], LogLine] = {}
-    for e in events:
-        sig = (e.kind, re.sub(r"\d+", "#", re.sub(r"^\[[^\]]*\]\s*", "", e.text)))
-        if sig in last:
-            ll = last[sig]
-            ll.count += 1
-            ll.last_ts = e.ts
-            continue
-        last[sig] = LogLine(e.ts, e.kind, e.text)
-        out.append(last[sig])
-    return out[-MAX_LOG_LINES:]
 
 
 def _finding_view(i: int, f: Finding) -> FindingView:
@@ -239,7 +149,7 @@ def _oom(v: GpuVerdict) -> tuple[str, str]:
     hours = f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
     if v.oom_rule != "OF001":
         hours = f"≈ {hours}"
-    return hours, (v.oom_at or "").replace("T", " ").replace("Z", " UTC")
+    return hours, (v.oom_at or "")[5:].replace("T", " ").replace("Z", "")
 
 
 def _remedy(v: GpuVerdict, doc: FindingsDocument) -> str:
@@ -290,7 +200,7 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
 
     def unit_key(u: tuple[str, list[int | None], list[GpuSeries]]) -> tuple[int, str, int]:
         h, gs, _ = u
-        return (min((rank.get((h, g), len(rank)) for g in gs)), h, -1 if gs[0] is None else gs[0])
+        return (min(rank.get((h, g), len(rank)) for g in gs), h, -1 if gs[0] is None else gs[0])
 
     sections = []
     for host, gs, ss in sorted(units, key=unit_key):
@@ -322,7 +232,7 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
             hrs, at = _oom(lead)
             headline = f"{lead.verdict}: {r}" + (f" ({note})" if note else "")
             if lead.hours_to_oom is not None:
-                headline += f", out of memory in {hrs} (at {at})"
+                headline += f", out of memory in {hrs} (at {at} UTC)"
         sections.append(
             Section(
                 anchor=anchor_of[(host, gs[0])],
@@ -385,7 +295,7 @@ def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> str:
     soon = next((v for v in leaks if v.hours_to_oom is not None), None)
     if soon is not None:
         hrs, at = _oom(soon)
-        line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at})."
+        line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at} UTC)."
     return line
 
 
