@@ -24,6 +24,12 @@ SGLang VLMs, --disable-fast-image-processor moves image preprocessing off GPU
 0; keep auxiliary processes off the ranks' GPUs (CUDA_VISIBLE_DEVICES).
 """
 references  = ["https://github.com/sgl-project/sglang/issues/15871", "https://github.com/sgl-project/sglang/issues/6082"]
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `tp_size IS NOT NULL` @ FROM (SELECT host, tp_size, 'process table' AS src FROM processes WHERE tp_size IS NOT NULL", reason = "max(tp_size) and arg_max(src, tp_size) skip rows whose tp_size is NULL, so such rows never change tp"},
+  {mutant = "drop WHERE `event = 'server_args'` @ WHERE event = 'server_args' AND tp_size IS NOT NULL)", reason = "only server_args events carry tp_size (a field of that event alone in logformats), and the next conjunct drops rows without it"},
+  {mutant = "drop WHERE `tp_size IS NOT NULL` @ WHERE event = 'server_args' AND tp_size IS NOT NULL)", reason = "max(tp_size) and arg_max(src, tp_size) skip rows whose tp_size is NULL, so such rows never change tp"},
+  {mutant = "drop WHERE `t.gpus >= 2` @ WHERE t.r = 1 AND t.gpus >= 2 AND tp.tp_size > 1", reason = "a host with one GPU has no rank r > 1, so the join with others (built from r > 1) has no row for it"},
+]
 [params]
 min_growth_mib = 512
 max_others_fraction = 0.2
