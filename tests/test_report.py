@@ -388,6 +388,9 @@ def test_host_report_reads_with_javascript_off(sim_doc, tmp_path) -> None:
     page = write_report(sim_doc, tmp_path / "report.html", generated_at=FIXED)
     with browser.Page(1400, 900, javascript=False) as p:
         p.open(page)
+        # lay out every section (off-screen ones are skipped until scrolled to) before measuring
+        p.eval("""document.head.insertAdjacentHTML('beforeend',
+                  '<style>section.gpu { content-visibility: visible !important; }</style>')""")
         first = p.eval(FIRST_SCREEN)
         assert first["leak_rows"] and max(first["leak_rows"]) <= first["innerH"]
         shown = p.eval(
