@@ -48,6 +48,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "requests_rise_per_cycle": 0,  # requests_per_cycle grows by this each cycle
     "rss_mib": 0.0,  # process_resident_memory_bytes
     "rss_growth_mib_per_cycle": 0.0,
+    "proc_rss_mib": 0.0,  # VmRSS of the main pid in gpu_processes (needs pid), same growth
     "latency_s": 0.0,  # sglang:e2e_request_latency_seconds histogram (needs requests_per_cycle)
     "latency_growth_per_cycle": 0.0,
     # a dynamic process pool: a worker every N cycles whose context stays after it exits
@@ -164,15 +165,22 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                         metric("process_resident_memory_bytes", rss)
                     if pid:
                         own = u - int((orphans + (float(p["worker_mib"]) if alive else 0.0)) * MIB)
-                        rows["gpu_processes"].append(
-                            {
-                                "ts": t,
-                                "host": host,
-                                "gpu_index": gpu,
-                                "pid": pid,
-                                "used_gpu_memory_bytes": own,
-                            }
-                        )
+                        prow = {
+                            "ts": t,
+                            "host": host,
+                            "gpu_index": gpu,
+                            "pid": pid,
+                            "used_gpu_memory_bytes": own,
+                        }
+                        if p["proc_rss_mib"]:
+                            prow["vm_rss_bytes"] = int(
+                                (
+                                    float(p["proc_rss_mib"])
+                                    + c * float(p["rss_growth_mib_per_cycle"])
+                                )
+                                * MIB
+                            )
+                        rows["gpu_processes"].append(prow)
                         if p["map_growth_per_cycle"] and k == 0:
                             n = 40 + c * int(p["map_growth_per_cycle"])
                             rows["proc_maps"].append(
