@@ -20,27 +20,54 @@ EVENT_TYPES = (
 # Recognisers in priority order (the first that matches names the line).
 RECOGNISE: dict[str, str] = {
     # token_to_kv_pool_allocator / req_to_token_pool / "KV cache pool" / "SWA Pool Mem" / "pool memory"
-    "kv_leak_check": r"(?i)pool\w* (?:mem(?:ory)? )?leak detected",
+    "kv_leak_check": r"[Pp]ool\w* (?:[Mm]em(?:ory)? )?[Ll]eak [Dd]etected",
     "oom": (
-        r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: ?out of memory|cuda runtime error \(2\)"
+        r"CUDA out of memory|OutOfMemoryError|CUDA error: ?out of memory|cuda runtime error \(2\)"
         r"|error=2 : out of memory|Tried to allocate [\d.]+ ?\w+ \(GPU \d+;"
     ),
     "server_args": (
         r"ServerArgs\(|non-default args: \{|\bargs: Namespace\(|LLM engine (?:\(v[^)]*\) )?with config:"
     ),
-    "fast_image_processor": r"(?i)fast (?:image )?processor|slow (?:image )?processor|use_fast",
+    "fast_image_processor": r"[Ff]ast (?:image )?processor|[Ss]low (?:image )?processor|use_fast",
     "engine_version": (
         r"vLLM API server version|LLM engine \(v\d|\bvLLM version \d|█ +version \d"
-        r"|(?i:\bsglang(?:==| version:? v?)\d)"
+        r"|\b(?:sglang|SGLang)(?:==| version:? v?)\d"
     ),
     "batch_stats": r"(?:Prefill|Decode) batch[.,]|new fill batch|Avg prompt throughput:",
     "kv_capacity": (
-        r"KV Cache is allocated|^\S*\s*max_total_num_tokens=|\] max_total_num_tokens=|(?:GPU|cuda|npu|xpu|hpu) blocks: \d|"
+        r"KV Cache is allocated|(?:^|\s)max_total_num_tokens=|(?:GPU|cuda|npu|xpu|hpu) blocks: \d|"
         r"kv_cache_size=|GPU KV cache size:|(?i:available KV cache memory)[: (]|kv cache memory in use is|"
         r"full_layer_tokens=|Maximum concurrency for [\d,]+ tokens|reserved for KV Cache is|"
         r"tokens that can be stored in KV cache \("
     ),
 }
+
+# Every recogniser above contains one of these (compared ignoring ASCII case): a cheap
+# first pass that drops the lines no recogniser could name (most lines of a busy log).
+LITERALS = [
+    "leak detected",
+    "out of memory",
+    "OutOfMemoryError",
+    "cuda runtime error",
+    "Tried to allocate",
+    "ServerArgs(",
+    "non-default args",
+    "args: Namespace(",
+    "with config:",
+    "processor",
+    "use_fast",
+    "version",
+    "sglang==",
+    "LLM engine (v",
+    " batch",
+    "Avg prompt throughput",
+    "KV Cache",
+    "max_total_num_tokens=",
+    " blocks: ",
+    "kv_cache_size=",
+    "full_layer_tokens=",
+    "Maximum concurrency for",
+]
 
 # Lines that quote source code in a traceback never state an event.
 CODE_LINE = r"^\s*(?:assert|raise|return|yield) |^\s*File \""
@@ -60,9 +87,11 @@ UNITS = {
 }
 
 
-def _kv(key: str, value: str) -> list[str]:
-    """``key=value`` (ServerArgs, Namespace, engine config) and ``'key': value`` (dicts)."""
-    return [rf"\b{key}={value}", rf"'{key}': {value}"]
+def _kv(*keys: str, value: str) -> str:
+    """``key=value`` (ServerArgs, Namespace, engine config) or ``'key': value`` (dicts),
+    for any of ``keys``, in one pattern: one scan of a long configuration line."""
+    alts = "|".join(rf"\b{k}=|'{k}': " for k in keys)
+    return rf"(?:{alts}){value}"
 
 
 _STR = r"'([^']*)'"
@@ -133,31 +162,22 @@ FIELDS: dict[str, dict[str, tuple[str, list[str]]]] = {
         "cached_bytes": ("bytes", [SIZE + r" cached\b"]),
     },
     "server_args": {
-        "mem_fraction_static": ("float", _kv("mem_fraction_static", r"([\d.]+)")),
-        "disable_fast_image_processor": ("bool", _kv("disable_fast_image_processor", _BOOL)),
+        "mem_fraction_static": ("float", [_kv("mem_fraction_static", value=r"([\d.]+)")]),
+        "disable_fast_image_processor": (
+            "bool",
+            [_kv("disable_fast_image_processor", value=_BOOL)],
+        ),
         "model_path": (
             "str",
-            [
-                r"\bmodel_path='([^']*)'",
-                r'\bmodel_path="([^"]*)"',
-                *_kv("model", _STR),
-                *_kv("model_tag", _STR),
-            ],
+            [_kv("model_path", "model", "model_tag", value=_STR), r'\bmodel_path="([^"]*)"'],
         ),
-        "tp_size": (
-            "int",
-            [r"\btp_size=(\d+)", *_kv("tensor_parallel_size", r"(\d+)")],
-        ),
-        "gpu_memory_utilization": ("float", _kv("gpu_memory_utilization", r"([\d.]+)")),
+        "tp_size": ("int", [_kv("tp_size", "tensor_parallel_size", value=r"(\d+)")]),
+        "gpu_memory_utilization": ("float", [_kv("gpu_memory_utilization", value=r"([\d.]+)")]),
         "max_model_len": (
             "int",
-            [
-                *_kv("max_model_len", r"(\d+)"),
-                r"\bmax_seq_len=(\d+)",
-                r"\bcontext_length=(\d+)",
-            ],
+            [_kv("max_model_len", "max_seq_len", "context_length", value=r"(\d+)")],
         ),
-        "enforce_eager": ("bool", _kv("enforce_eager", _BOOL)),
+        "enforce_eager": ("bool", [_kv("enforce_eager", value=_BOOL)]),
     },
     "fast_image_processor": {
         "enabled": (

@@ -31,6 +31,8 @@ from analyzer import logformats as F
 
 EVENT_TYPES = F.EVENT_TYPES
 _TEXT = pl.col("text")
+# one pass over every line picks the few that any recogniser could name
+_ANY = "|".join(f"(?:{rx})" for rx in F.RECOGNISE.values())
 
 
 def _first(patterns: list[str], group: int = 1, col: str = "record") -> pl.Expr:
@@ -39,10 +41,16 @@ def _first(patterns: list[str], group: int = 1, col: str = "record") -> pl.Expr:
 
 
 def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
-    if kind == "bytes":
-        num = _first(patterns, 1).cast(pl.Float64, strict=False)
-        unit = _first(patterns, 2).replace_strict(F.UNITS, default=None, return_dtype=pl.Float64)
-        return (num * unit).round(0).cast(pl.Int64, strict=False)
+    if kind == "bytes":  # number and unit from one scan per pattern
+        values = []
+        for p in patterns:
+            g = pl.col("record").str.extract_groups(p)
+            num = g.struct.field("1").cast(pl.Float64, strict=False)
+            unit = g.struct.field("2").replace_strict(
+                F.UNITS, default=None, return_dtype=pl.Float64
+            )
+            values.append(num * unit)
+        return pl.coalesce(values).round(0).cast(pl.Int64, strict=False)
     raw = _first(patterns)
     if kind == "int":
         return raw.str.replace_all(",", "").cast(pl.Int64, strict=False)
@@ -75,29 +83,41 @@ def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     texts = df["text"]
     idx = events["line"].cast(pl.Int64) - 1
     is_event = pl.Series("e", [False] * n).scatter(idx, True)
-    record = events["text"]
-    open_ = pl.Series([True] * events.height)
-    for k in range(1, F.MAX_CONTINUATION + 1):
-        pos = idx + k
+
+    def continues(pos: pl.Series) -> tuple[pl.Series, pl.Series]:
         at = pos.clip(0, n - 1)
         nxt = texts.gather(at).fill_null("")
         ok = (
-            open_
-            & (pos < n)
+            (pos < n)
             & (nxt.str.len_chars() > 0)
             & ~nxt.str.contains(F.NEW_RECORD)
             & ~is_event.gather(at)
         )
-        record = pl.select(pl.when(ok).then(record + " " + nxt).otherwise(record)).to_series()
-        open_ = ok
-    prev = texts.gather((idx - 1).clip(0, n - 1)).fill_null("")
-    before = (
-        (events["event"] == "kv_leak_check")
-        & (idx > 0)
-        & ~events["text"].str.contains("available")
-        & prev.str.contains(r"available_size=\d")
-    )
-    record = pl.select(pl.when(before).then(prev + " " + record).otherwise(record)).to_series()
+        return ok, nxt
+
+    record = events["text"]
+    ok, nxt = continues(idx + 1)
+    if ok.any():  # rare: only those rows go round again
+        rows = ok.arg_true()
+        sub_idx, sub_rec = idx.gather(rows), record.gather(rows) + " " + nxt.gather(rows)
+        open_ = pl.Series([True] * len(rows))
+        for k in range(2, F.MAX_CONTINUATION + 1):
+            ok_k, nxt_k = continues(sub_idx + k)
+            open_ = open_ & ok_k
+            sub_rec = pl.select(
+                pl.when(open_).then(sub_rec + " " + nxt_k).otherwise(sub_rec)
+            ).to_series()
+        record = record.scatter(rows, sub_rec)
+    leaks = ((events["event"] == "kv_leak_check") & (idx > 0)).arg_true()
+    if len(leaks):
+        prev = texts.gather(idx.gather(leaks) - 1)
+        before = ~events["text"].gather(leaks).str.contains("available") & prev.str.contains(
+            r"available_size=\d"
+        )
+        joined = pl.select(
+            pl.when(before).then(prev + " " + record.gather(leaks)).otherwise(record.gather(leaks))
+        ).to_series()
+        record = record.scatter(leaks, joined)
     return events.with_columns(record.alias("record"))
 
 
@@ -116,37 +136,45 @@ def _utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
 
 
 def _timestamps(ev: pl.DataFrame, year: int | None, tz: str) -> pl.DataFrame:
-    outer_date = _TEXT.str.extract(F.OUTER, 1)
-    outer_time = _TEXT.str.extract(F.OUTER, 2)
-    outer_off = _TEXT.str.extract(F.OUTER, 3)
+    head = _TEXT.str.slice(0, 160)  # stamps sit at the start; long lines are not scanned
+    outer = head.str.extract_groups(F.OUTER)
     ev = ev.with_columns(
-        _TEXT.str.replace(F.OUTER, "").alias("_rest"),
-        (outer_date + " " + outer_time).alias("_outer"),
-        outer_off.alias("_outer_off"),
+        head.str.replace(F.OUTER, "").alias("_rest"),
+        (outer.struct.field("1") + " " + outer.struct.field("2")).alias("_outer"),
+        outer.struct.field("3").alias("_outer_off"),
     )
-    rest = pl.col("_rest")
-    full = rest.str.extract(F.FULL, 1) + " " + rest.str.extract(F.FULL, 2)
-    full_off = rest.str.extract(F.FULL, 3)
-    md = rest.str.extract(F.MONTH_DAY, 1) + " " + rest.str.extract(F.MONTH_DAY, 2)
+    full_g = pl.col("_rest").str.extract_groups(F.FULL)
+    md_g = pl.col("_rest").str.extract_groups(F.MONTH_DAY)
+    full = full_g.struct.field("1") + " " + full_g.struct.field("2")
+    md = md_g.struct.field("1") + " " + md_g.struct.field("2")
     md_year = pl.lit(str(year)) if year else pl.col("_outer").str.slice(0, 4)
-    placeholder = md_year.is_null()
-    md_stamp = pl.coalesce(md_year, pl.lit("2000")) + "-" + md
-    stamp = pl.coalesce(full, md_stamp, pl.col("_outer"))
-    offset = (
+    ev = ev.with_columns(
+        pl.coalesce(full, pl.coalesce(md_year, pl.lit("2000")) + "-" + md, pl.col("_outer")).alias(
+            "_stamp"
+        ),
         pl.when(full.is_not_null())
-        .then(full_off)
+        .then(full_g.struct.field("3"))
         .when(md.is_not_null())
         .then(pl.lit(None, dtype=pl.String))
         .otherwise(pl.col("_outer_off"))
+        .alias("_off"),
+        (full.is_null() & md.is_not_null() & md_year.is_null()).alias("_no_year"),
     )
-    when = _utc(stamp, offset, tz)
-    no_year = full.is_null() & md.is_not_null() & placeholder
-    ts = (
-        pl.when(no_year)
-        .then(pl.lit("--") + when.dt.strftime("%m-%dT%H:%M:%S"))
-        .otherwise(when.dt.strftime("%Y-%m-%dT%H:%M:%S"))
+    stamp, off = pl.col("_stamp"), pl.col("_off")
+    if tz == "UTC" and ev["_off"].null_count() == ev.height:
+        # the common case: nothing to convert, the stamp is the answer
+        when = stamp.str.replace(" ", "T")
+        ts = pl.when(pl.col("_no_year")).then(pl.lit("--") + when.str.slice(5)).otherwise(when)
+    else:
+        utc = _utc(stamp, off, tz)
+        ts = (
+            pl.when(pl.col("_no_year"))
+            .then(pl.lit("--") + utc.dt.strftime("%m-%dT%H:%M:%S"))
+            .otherwise(utc.dt.strftime("%Y-%m-%dT%H:%M:%S"))
+        )
+    return ev.with_columns(ts.alias("ts")).drop(
+        "_rest", "_outer", "_outer_off", "_stamp", "_off", "_no_year"
     )
-    return ev.with_columns(ts.alias("ts")).drop("_rest", "_outer", "_outer_off")
 
 
 def parse_frame(
@@ -158,8 +186,10 @@ def parse_frame(
     ZoneInfo(tz)  # an unknown zone fails here, naming it
     df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=1)
     df = df.with_columns(pl.col("text").fill_null(""))
+    cand = df.filter(_TEXT.str.contains_any(F.LITERALS, ascii_case_insensitive=True))
+    cand = cand.filter(_TEXT.str.contains(_ANY))
     # comment lines ("# ...") are never events, except vLLM's "# GPU blocks: N" (and cuda/npu...)
-    cand = df.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))
+    cand = cand.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))
     cand = cand.with_columns(_classify().alias("event")).filter(pl.col("event").is_not_null())
     cand = cand.filter(~_TEXT.str.replace(F.OUTER, "").str.contains(F.CODE_LINE))
     if cand.height == 0:
