@@ -31,9 +31,8 @@ LOG_FILES = (
 def make_log(path: Path, size_mb: int) -> int:
     lines = []
     for name in LOG_FILES:
-        f = CORPUS / name
-        if f.is_file():
-            lines += [ln for ln in f.read_text().splitlines() if ln and not ln.startswith("#")]
+        src = CORPUS / name
+        lines += [ln for ln in src.read_text().splitlines() if ln and not ln.startswith("#")]
     noise = '[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
     block = ("\n".join(lines + [noise] * (3 * len(lines))) + "\n").encode()
     target = size_mb << 20
