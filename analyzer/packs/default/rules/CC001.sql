@@ -23,6 +23,10 @@ holding /dev/nvidia* open (fuser -v /dev/nvidia*). Restarting the parent frees
 the memory.
 """
 references  = []
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `gpu_index IS NOT NULL` @ WHERE gpu_index IS NOT NULL AND used_avg IS NOT NULL", reason = "a process bin with no GPU index never joins gpu or span (NULL = NULL is not true in USING), so it reaches no quarter"},
+  {mutant = "drop WHERE `nvidia_device_count IS NOT NULL` @ FROM proc_maps WHERE nvidia_device_count IS NOT NULL GROUP BY ALL)", reason = "arg_min and arg_max skip rows whose value is NULL, so rows without a count change neither end of a pid's mappings"},
+]
 [params]
 min_growth_mib = 1024
 min_short_lived = 5
