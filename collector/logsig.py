@@ -22,7 +22,10 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
         "kv_leak_check",
         r"(?i:pool\w* (?:mem(?:ory)? )?leak detected)|Warning: available_size=\d+, max_total_num_token",
     ),
-    ("oom", r"(?i:out of memory|OutOfMemoryError|cuda runtime error \(2\))"),
+    (
+        "oom",
+        r"(?i:out of memory|OutOfMemoryError|cuda runtime error \(2\))|Tried to allocate [\d.]+ ?\w+ \(GPU \d+;",
+    ),
     (
         "server_args",
         r"ServerArgs\(|non-default args: \{|\bargs: Namespace\(|LLM engine (?:\(v[^)]*\) )?with config:",
@@ -39,7 +42,7 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
     (
         "kv_capacity",
         r"KV Cache is allocated|max_total_num_tokens=|(?:GPU|cuda|npu|xpu|hpu) blocks:|kv_cache_size="
-        r"|KV cache (?:memory|size)|full_layer_tokens=|Maximum concurrency for|reserved for KV Cache"
+        r"|KV cache (?:memory|size)|kv cache memory in use|full_layer_tokens=|Maximum concurrency for|reserved for KV Cache"
         r"|stored in KV cache \(",
     ),
     (
