@@ -22,6 +22,10 @@ memory is not leaking but near full, lower the concurrency or give the
 allocator room (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).
 """
 references  = ["https://github.com/vllm-project/vllm/issues/28230"]
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `metric IN ('latency_sum', 'latency_count')` @ FROM metric_norm WHERE metric IN ('latency_sum', 'latency_count')", reason = "lat reads h only through FILTER (WHERE metric = 'latency_sum' / 'latency_count'), so rows of other metrics never reach a latency"},
+  {mutant = "drop WHERE `l.latency IS NOT NULL` @ WHERE l.latency IS NOT NULL AND l.latency > 0", reason = "l.latency > 0 is not true for a NULL latency, so the row is filtered out either way"},
+]
 [params]
 interval_minutes = 15
 min_ratio = 1.3
