@@ -131,3 +131,43 @@ def test_rollup_command(bucket) -> None:
     assert "2 host-days derived, 0 already current" in r.stdout
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert "0 host-days derived, 2 already current" in r.stdout
+
+
+def _trend(n: int, slope_bph: float) -> tuple[float, float]:
+    """idle_trend's slope (bytes/h) over n idle windows on a line with outliers, and seconds."""
+    import time
+
+    import duckdb
+
+    from analyzer import rollup as rollup_mod
+
+    con = duckdb.connect()
+    con.execute(
+        f"""CREATE TABLE idle_windows AS
+        SELECT 'h' AS host, 0 AS gpu_index, 1 AS segment, 'process_table' AS lifetime_source,
+               TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_seconds(i * 600) AS start,
+               TIMESTAMPTZ '2026-11-01 00:01:00+00' + to_seconds(i * 600) AS "end",
+               CAST(2e10 + {slope_bph} * i / 6.0
+                    + CASE WHEN i % 7 = 0 THEN 5e9 ELSE 0 END AS DOUBLE) AS baseline,
+               8e10 AS total, 0.1 AS kv_idle, i * 10 AS cum_requests
+        FROM range({n}) t(i)"""
+    )
+    (f,) = [f for f in rollup_mod.rollup_files() if f.name.startswith("04_")]
+    t0 = time.perf_counter()
+    for stmt in rollup_mod._statements(f.read_text()):
+        con.execute(stmt, {"step_noise_mib": 8})
+    took = time.perf_counter() - t0
+    (slope,) = con.execute("SELECT slope_bps * 3600 FROM idle_trend").fetchone()
+    return slope, took
+
+
+@pytest.mark.parametrize("n", [40, 64, 65, 3000])
+def test_theil_sen_is_robust_exact_and_bounded(n: int) -> None:
+    slope, _ = _trend(n, 50 * 2**20)  # 50 MiB/h, one window in seven 5 GB high
+    assert slope == pytest.approx(50 * 2**20, rel=1e-6)
+
+
+def test_theil_sen_cost_grows_with_windows_not_pairs() -> None:
+    _, small = _trend(2_000, 2**20)
+    _, big = _trend(40_000, 2**20)  # every pair: 800 M slopes; bounded: 1.3 M
+    assert big < max(20 * small, 5.0)

@@ -1,5 +1,5 @@
 -- Idle-baseline trend per GPU and process lifetime (segment): robust
--- (Theil-Sen) slope, growth in the early and late halves of its time (saturation test),
+-- (Theil-Sen, bounded) slope, growth in the early and late halves of its time (saturation test),
 -- and the share of window-to-window steps that rose.
 CREATE OR REPLACE TABLE idle_trend AS
 WITH w AS (
@@ -12,10 +12,30 @@ WITH w AS (
            baseline - lag(baseline) OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS step
     FROM idle_windows
 ),
+-- Theil-Sen over every pair of windows while a lifetime has at most 64 of them,
+-- past that, the pairs at 32 fixed offsets spread over the lifetime (from the next
+-- window to the last): O(n) pairs, so a month of windows costs about what a day does.
+lt AS (
+    SELECT DISTINCT host, gpu_index, segment, n FROM w
+),
+offs AS (
+    SELECT DISTINCT host, gpu_index, segment,
+           CASE WHEN n <= 64 THEN j
+                ELSE 1 + CAST(floor((j - 1) * (n - 2) / 31.0) AS BIGINT) END AS d
+    FROM (SELECT host, gpu_index, segment, n,
+                 unnest(range(1, CASE WHEN n <= 64 THEN n ELSE 33 END)) AS j
+          FROM lt)
+),
+ends AS MATERIALIZED (
+    SELECT a.host, a.gpu_index, a.segment, a.t, a.baseline, a.k + o.d AS kb
+    FROM w a JOIN offs o USING (host, gpu_index, segment)
+),
 pairs AS (
     SELECT a.host, a.gpu_index, a.segment, (b.baseline - a.baseline) / (b.t - a.t) AS slope
-    FROM w a JOIN w b USING (host, gpu_index, segment)
-    WHERE b.k > a.k AND b.t > a.t
+    FROM ends a
+    JOIN w b ON b.host = a.host AND b.gpu_index = a.gpu_index AND b.segment = a.segment
+            AND b.k = a.kb
+    WHERE b.t > a.t
 ),
 slopes AS (
     SELECT host, gpu_index, segment, median(slope) AS slope_bps
