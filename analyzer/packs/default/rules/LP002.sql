@@ -22,6 +22,9 @@ leak the memory findings name; if memory is only near full, lower the
 concurrency or the static memory fraction.
 """
 references  = []
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `p.latency IS NOT NULL` @ WHERE p.latency IS NOT NULL AND p.latency > 0", reason = "p.latency > 0 is not true for a NULL latency, so the row is filtered out either way"},
+]
 [params]
 interval_minutes = 15
 min_ratio = 1.3
