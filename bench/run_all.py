@@ -112,7 +112,61 @@ def table(res: dict[str, Any]) -> str:
         f"median of {sc['runs']} runs, each in a fresh process. Pack time per host relative to the "
         f"smallest fraction (1.0 = linear): {growth}.\n\n"
     )
-    return head + "\n".join(rows) + "\n\n" + targets(res) + "\n"
+    return head + "\n".join(rows) + "\n\n" + targets(res) + "\n\n" + tier_table(res) + "\n"
+
+
+def tier_table(res: dict[str, Any]) -> str:
+    """The stored rollup tier: scan, cold, rollup, warm, full, fleet report; week and month."""
+    t = res.get("tier")
+    if not t:
+        return ""
+    rows = [
+        "Rollup tier (`leakreport rollup`), the same hosts over a week and a month:",
+        "",
+        "| data | measurement | median s | × plain scan | peak RSS MB |",
+        "|---|---|---:|---:|---:|",
+    ]
+    names = {
+        "scan": "plain DuckDB scan-aggregate",
+        "cold": "full pack, no tier (cold)",
+        "rollup_finished": "`rollup` of the finished days",
+        "warm": "full pack, tier for finished days, last day raw (warm)",
+        "fleet_report": "fleet report of the warm run",
+        "rollup_last_day": "`rollup` of the last day",
+        "full": "full pack over a full tier",
+    }
+    for span in ("week", "month"):
+        v = t.get(span)
+        if not v:
+            continue
+        scan = v["scan"]["seconds"]
+        data = f"{v['hosts']} hosts, {v['days']} days"
+        for k, name in names.items():
+            m = v[k]
+            rows.append(
+                f"| {data} | {name} | {m['seconds']:.3f} | {m['seconds'] / scan:.1f} | {m['rss_mb']} |"
+            )
+    w = t["week"]
+    rss = max(w[k]["rss_mb"] for k in names)
+    lines = [
+        "",
+        "Targets (tier):",
+        f"- warm pack <= 2x the scan: {w['warm_over_scan']}x, "
+        + ("met." if w["warm_over_scan"] <= 2 else "not met."),
+        f"- cold pack <= 15x the scan: {w['cold_over_scan']}x, "
+        + ("met." if w["cold_over_scan"] <= 15 else "not met."),
+        f"- fleet report <= 1x the scan: {w['fleet_report_over_scan']}x, "
+        + ("met." if w["fleet_report_over_scan"] <= 1 else "not met."),
+        f"- peak RSS <= 1 GB: {rss:.0f} MB, " + ("met." if rss <= 1024 else "not met."),
+        f"- findings identical cold / warm / full: {w['same_findings']}"
+        + (f" (month: {t['month']['same_findings']})" if "month" in t else ""),
+    ]
+    if "month_warm_over_week_warm" in t:
+        g = t["month_warm_over_week_warm"]
+        lines.append(
+            f"- month warm within 1.5x of the week's: {g}x, " + ("met." if g <= 1.5 else "not met.")
+        )
+    return "\n".join(rows + lines)
 
 
 def targets(res: dict[str, Any]) -> str:
@@ -166,11 +220,13 @@ def main(out_dir: str, tiny: bool) -> None:
         _run("collector_bench.py", str(out / "collector.json"), "5")
         _run("logparse_bench.py", str(out / "logparse.json"), "1024")
     _run("scale_bench.py", str(out / "scale.json"), *scale)
+    tier_args = ["--tier-hosts", "2", "--days", "2", "--month-days", "3", "--runs", "1"]
+    _run("scale_bench.py", str(out / "tier.json"), "--tier-only", *(tier_args if tiny else []))
     res: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "tiny": tiny,
     }
-    for name in ("collector", "logparse", "scale"):
+    for name in ("collector", "logparse", "scale", "tier"):
         res[name] = json.loads((out / f"{name}.json").read_text())
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "results.md").write_text(table(res))

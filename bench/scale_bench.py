@@ -59,8 +59,9 @@ def _hosts(bucket: Path, k: int) -> list[str]:
 
 def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
-    from analyzer.bucket import Scope, list_files
+    from analyzer.bucket import Scope
     from analyzer.packs import load_packs
+    from collector import layout
 
     hosts = _hosts(Path(opts.get("local_bucket") or bucket), k)
     scope = Scope(hosts=hosts)
@@ -69,7 +70,11 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
     if kind in ("scan", "minute"):
         import duckdb
 
-        files = list_files(Path(bucket), "gpu_samples", scope)
+        # the plain scan lists the files and reads them: no footer checks, no views
+        files = [
+            e.path
+            for e in layout.list_entries(bucket, "gpu_samples", None, scope.date_ok, scope.host_ok)
+        ]
         con = duckdb.connect()
         if opts.get("memory_limit"):
             con.execute(f"SET memory_limit = '{opts['memory_limit']}'")
@@ -95,13 +100,16 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
             finally:
                 closer.close()
         else:
+            said: list[str] = []
             doc = analyze_local(
                 bucket,
                 load_packs(),
                 scope=scope,
                 memory_limit=opts.get("memory_limit"),
                 batch_hosts=int(opts["batch_hosts"]),
+                progress=said.append,
             )
+            out["tier"] = [x for x in said if x.startswith("rollup tier")]
         truth = json.loads((Path(opts["local_bucket"] or bucket) / "truth.json").read_text())
         leak = {f.host for f in doc.findings if f.category == "leak.gpu"}
         cache = {f.host for f in doc.findings if f.category == "cache.growth"}
@@ -116,6 +124,13 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
         )
         if opts.get("doc_out"):
             Path(opts["doc_out"]).write_text(doc.to_json(indent=None))
+    elif kind == "rollup":
+        import datetime as dt
+
+        from analyzer import tier
+
+        r = tier.build(bucket, before=dt.date.fromisoformat(opts["before"]))
+        out.update(host_days_built=r.built, host_days_current=r.current)
     elif kind == "fleet":
         from analyzer import fleet
         from analyzer.findings import FindingsDocument
@@ -152,6 +167,44 @@ def measure(kind: str, bucket: str, k: int, runs: int, opts: dict[str, Any]) -> 
     return best
 
 
+def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dict[str, Any]:
+    """Scan, pack with no tier (cold), ``leakreport rollup`` of the finished days, pack
+    with the tier for those (warm: only the last day raw), the fleet report of that
+    run, rollup of the last day, pack over a full tier; on a hard-linked copy."""
+    import datetime as dt
+    import os
+    import shutil
+
+    copy = Path(tmp) / f"tiered-{bucket.name}"
+    shutil.copytree(bucket, copy, copy_function=os.link)
+    hosts = json.loads((bucket / "truth.json").read_text())["hosts"]
+    days = sorted(p.name[5:] for p in (bucket / "gpu_samples").glob("date=*"))
+    last = dt.date.fromisoformat(days[-1])
+    o = {**opts, "local_bucket": str(bucket)}
+    docs = {k: f"{tmp}/{bucket.name}-{k}.json" for k in ("cold", "warm", "full")}
+    print(f"tier section on {bucket.name}", file=sys.stderr)
+    res: dict[str, Any] = {"hosts": hosts, "days": len(days)}
+    res["scan"] = measure("scan", str(copy), hosts, runs, o)
+    res["cold"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["cold"]})
+    res["rollup_finished"] = measure("rollup", str(copy), hosts, 1, {**o, "before": str(last)})
+    res["warm"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
+    res["fleet_report"] = measure("fleet", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
+    nxt = str(last + dt.timedelta(days=1))
+    res["rollup_last_day"] = measure("rollup", str(copy), hosts, 1, {**o, "before": nxt})
+    res["full"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["full"]})
+
+    def findings(k: str) -> list[Any]:
+        d = json.loads(Path(docs[k]).read_text())
+        return [(f["rule_id"], f["host"], f["gpu"], f["summary"]) for f in d["findings"]]
+
+    res["same_findings"] = findings("cold") == findings("warm") == findings("full")
+    scan = res["scan"]["seconds"]
+    for k in ("cold", "warm", "full", "fleet_report"):
+        res[f"{k}_over_scan"] = round(res[k]["seconds"] / max(scan, 1e-9), 1)
+    shutil.rmtree(copy, ignore_errors=True)
+    return res
+
+
 def bucket_for(hosts: int, days: int) -> Path:
     import fleetweek
 
@@ -180,7 +233,12 @@ def main(argv: list[str]) -> dict[str, Any]:
     ap.add_argument("--batch-hosts", type=int, default=32)
     ap.add_argument("--dask-workers", type=int, default=2)
     ap.add_argument("--s3-hosts", type=int, default=12, help="0 = skip the S3 measurement")
+    ap.add_argument("--tier-hosts", type=int, default=25, help="hosts of the tier week/month runs")
+    ap.add_argument("--month-days", type=int, default=30, help="0 = no month run")
+    ap.add_argument("--tier-only", action="store_true", help="only the rollup-tier section")
     a = ap.parse_args(argv)
+    if a.tier_only:
+        return tier_main(a)
     bucket = bucket_for(a.hosts, a.days)
     truth = json.loads((bucket / "truth.json").read_text())
     opts: dict[str, Any] = {
@@ -233,6 +291,24 @@ def main(argv: list[str]) -> dict[str, Any]:
             )
             for f, v in fr.items()
         }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    return res
+
+
+def tier_main(a: argparse.Namespace) -> dict[str, Any]:
+    """The rollup tier: a week and a month of the same hosts, scan/cold/warm/full."""
+    opts: dict[str, Any] = {"memory_limit": a.memory_limit, "batch_hosts": a.batch_hosts}
+    res: dict[str, Any] = {"runs": a.runs, "memory_limit": a.memory_limit}
+    with tempfile.TemporaryDirectory() as tmp:
+        res["week"] = tier_section(bucket_for(a.tier_hosts, a.days), a.runs, opts, tmp)
+        if a.month_days:
+            month = bucket_for(a.tier_hosts, a.month_days)
+            res["month"] = tier_section(month, a.runs, opts, tmp)
+            res["month_warm_over_week_warm"] = round(
+                res["month"]["warm"]["seconds"] / res["week"]["warm"]["seconds"], 2
+            )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))
