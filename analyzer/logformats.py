@@ -22,7 +22,7 @@ RECOGNISE: dict[str, str] = {
     # token_to_kv_pool_allocator / req_to_token_pool / "KV cache pool" / "SWA Pool Mem" / "pool memory"
     "kv_leak_check": r"[Pp]ool\w* (?:[Mm]em(?:ory)? )?[Ll]eak [Dd]etected",
     "oom": (
-        r"CUDA out of memory|OutOfMemoryError|CUDA error: ?out of memory|cuda runtime error \(2\)"
+        r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: ?out of memory|cuda runtime error \(2\)"
         r"|error=2 : out of memory|Tried to allocate [\d.]+ ?\w+ \(GPU \d+;"
     ),
     "server_args": (
@@ -230,10 +230,12 @@ FIELDS: dict[str, dict[str, tuple[str, list[str]]]] = {
 
 # A line that starts a new record (so it does not continue the line before it).
 NEW_RECORD = (
-    r"^(?:\s|\[|\(|\{|#|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Traceback"
-    r"|[\w.]*(?:Error|Exception|Warning|Interrupt)\b|[\w.-]+ +\| )"
+    r"^(?:\[|\(|\{|#|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Traceback"
+    r"|[\w.]*(?:Error|Exception|Warning|Interrupt)\b|[\w.-]+ +\| "
+    # an indented line continues unless it is traceback or source (or a prefixed record)
+    r"|\s+(?:[\[({]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|\d|File \"|[\^~]|\S*\.py\b|.*[(=,]\s*$))"
 )
-MAX_CONTINUATION = 3
+MAX_CONTINUATION = 5
 
 # Stamps. OUTER: a shipper's/collector's stamp at the very start (docker --timestamps, CRI,
 # a log viewer's "date | "). The engine's own stamp is searched in the rest of the line.

@@ -64,11 +64,13 @@ MAX_LINE_BYTES = 64 * 1024
 # Lines that may continue the line before them: not a new record (no stamp, prefix,
 # indentation, exception name or traceback header). Kept after these signatures only.
 _NEW_RECORD = re.compile(
-    r"^(?:\s|\[|\(|\{|#|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Traceback"
-    r"|[\w.]*(?:Error|Exception|Warning|Interrupt)\b|[\w.-]+ +\| )"
+    r"^(?:\[|\(|\{|#|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Traceback"
+    r"|[\w.]*(?:Error|Exception|Warning|Interrupt)\b|[\w.-]+ +\| "
+    # an indented line continues unless it is traceback or source (or a prefixed record)
+    r"|\s+(?:[\[({]|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|\d|File \"|[\^~]|\S*\.py\b|.*[(=,]\s*$))"
 )
 _CONTINUED = {"kv_leak_check", "oom", "server_args", "kv_capacity", "batch_stats"}
-MAX_CONTINUATION = 3
+MAX_CONTINUATION = 5
 
 
 def match(line: str) -> str | None:

@@ -133,12 +133,26 @@ def test_wrapped_message_lends_its_fields_to_the_head_line() -> None:
     }  # the line after the traceback header is not joined
 
 
-def test_continuation_stops_at_a_new_record_or_after_three_lines() -> None:
+def test_continuation_stops_at_a_new_record_or_after_five_lines() -> None:
     head = "RuntimeError: CUDA error: out of memory"
-    ev = _parse([head, "a", "b", "c", "Tried to allocate 1.00 GiB"])
-    assert ev[0]["fields"] == {}  # fourth line not joined
+    ev = _parse([head, "a", "b", "c", "d", "e", "Tried to allocate 1.00 GiB"])
+    assert ev[0]["fields"] == {}  # sixth line not joined
+    ev = _parse([head, "a", "b", "c", "d", "Tried to allocate 1.00 GiB"])
+    assert ev[0]["fields"] == {"tried_bytes": 2**30}
     ev = _parse([head, "", "Tried to allocate 1.00 GiB"])
     assert ev[0]["fields"] == {}  # an empty line ends the record
+    for breaker in ('  File "x.py", line 3, in f', "    y = f(", "       ^^^^", "  [rank0]: x"):
+        ev = _parse([head, breaker, "Tried to allocate 1.00 GiB"])
+        assert ev[0]["fields"] == {}, breaker  # traceback and source lines end it too
+    ev = _parse([head, "           GPU 0 has a total capacity of 4.00 GiB"])
+    assert ev[0]["fields"] == {"gpu": 0, "total_bytes": 4 * 2**30}  # an aligned continuation
+
+
+def test_collector_and_analyzer_agree_on_what_continues_a_line() -> None:
+    from collector import logsig
+
+    assert logsig._NEW_RECORD.pattern == logparse.F.NEW_RECORD
+    assert logsig.MAX_CONTINUATION == logparse.F.MAX_CONTINUATION
 
 
 def test_numbers_before_an_old_leak_check_line_are_read() -> None:
@@ -356,7 +370,9 @@ def test_collector_matcher_keeps_continuations_only_after_event_lines() -> None:
             "total capacity of 79.18 GiB of which 24.06 MiB is free.",
             "b",
             "c",
-            "d",  # a fourth line is not kept
+            "d",
+            "e",
+            "f",  # a sixth line is not kept
             "Uvicorn running on http://0.0.0.0:8000",  # restart: keeps nothing after it
             "e",
             "ValueError: token_to_kv_pool_allocator memory leak detected! available_size=1",
@@ -366,6 +382,8 @@ def test_collector_matcher_keeps_continuations_only_after_event_lines() -> None:
     ]
     assert got == [
         "oom",
+        "continuation",
+        "continuation",
         "continuation",
         "continuation",
         "continuation",
