@@ -94,6 +94,7 @@ class ChartSpec:
             "x": [0, round(self.x1 - self.x0)],
             "y": [round(self.y0), round(self.y1)],
             "total": self.total,
+            "tin": self.total_in_view,
             "s": [
                 {
                     "n": s.name,
@@ -144,7 +145,9 @@ def y_band(values: list[float], total: float | None) -> tuple[float, float, bool
     if not vs:
         return 0.0, float(total or 1), True
     lo, hi = vs[len(vs) // 50], vs[-1]
-    span = max(hi - lo, hi * 0.02, 256.0)
+    span = max(hi - lo, hi * 0.03, 1024.0)  # flat data: noise is not drawn as a trend
+    mid = (hi + lo) / 2
+    lo, hi = min(lo, mid - span / 2), max(hi, mid + span / 2)
     y0, y1 = max(0.0, lo - 0.08 * span), hi + 0.08 * span
     near = total is not None and total - hi <= 0.6 * span
     if near and total is not None:
@@ -258,27 +261,28 @@ def build_spec(
                                  [None if v is None else v / MIB for v in vs], width=1.2, dash=name == "NVML"))  # fmt: skip
     values = [v for s in series for v in s.v if v is not None]
     trend = [(a, va / MIB, b, vb / MIB) for g in gpus for a, va, b, vb in g.trend]
+    y0, y1, near = y_band(values + [v for tr in trend for v in (tr[1], tr[3])], total)
     projection, note = None, ""
     lead_s = next((g for g in gpus if g.gpu == lead), gpus[0] if single else None)
     end = _trend_end(lead_s) if lead_s is not None else None
     if total and rate_mib_per_h and rate_mib_per_h > 0 and end is not None:
         t_end, v_end = end
-        t_oom = t_end + max(total - v_end, 0.0) / rate_mib_per_h * 3600
-        if oom_at is not None:
-            t_oom = oom_at
-        span = data_end - x0
-        shown = min(t_oom, data_end + span)  # the x-axis grows at most by the data's span
+        t_oom = (
+            oom_at
+            if oom_at is not None
+            else t_end + max(total - v_end, 0.0) / rate_mib_per_h * 3600
+        )
+        # drawn to where it meets the limit; where the limit is above the view, to where it
+        # leaves the view; the x-axis grows by at most the data's own span
+        top = total if near else y1
+        t_top = t_end + max(top - v_end, 0.0) / rate_mib_per_h * 3600
+        shown = min(t_oom, t_top, data_end + (data_end - x0))
         x1 = max(x1, shown)
         projection = (t_end, v_end, shown, v_end + rate_mib_per_h * (shown - t_end) / 3600)
         note = (
             f"at {rate_mib_per_h:,.0f} MiB/h the trend reaches the {total / 1024:,.1f} GiB limit "
             f"at {_clock(t_oom)}" + ("" if shown >= t_oom else " (beyond the right edge)")
         )
-    y0, y1, near = y_band(values + [v for tr in trend for v in (tr[1], tr[3])], total)
-    if projection is not None and near and total is not None and projection[3] > total:
-        # drawn to the point where it meets the limit
-        t_hit = projection[0] + (total - projection[1]) / rate_mib_per_h * 3600  # type: ignore[operator]
-        projection = (projection[0], projection[1], t_hit, total)
     thresholds = []
     if total:
         for pct in (75, 90):

@@ -141,7 +141,10 @@ def _time_ticks(c: Chart, x0: float, x1: float, x: Callable[[float], float]) -> 
 
 
 def render_spec(spec: ChartSpec) -> Chart:
-    c = Chart(spec.id, spec.title, spec.projection_note, spec.to_json())
+    note = spec.projection_note
+    if spec.total and not spec.total_in_view:  # named, not forced into view
+        note = f"limit {spec.total / 1024:,.1f} GiB, above the view" + (f"; {note}" if note else "")
+    c = Chart(spec.id, spec.title, note, spec.to_json())
     c.y_min_gib, c.y_max_gib = round(spec.y0 / 1024, 3), round(spec.y1 / 1024, 3)
     x0, x1, y0, y1 = spec.x0, spec.x1, spec.y0, spec.y1
 
@@ -166,10 +169,7 @@ def render_spec(spec: ChartSpec) -> Chart:
         c.texts.append(Text(_f(ML - 6), gy, f"{g:g}", "tick", "end"))
         g += gstep
     _time_ticks(c, x0, x1, x)
-    label = "GiB used"
-    if spec.total and not spec.total_in_view:
-        label += f" (limit {spec.total / 1024:,.1f} GiB, above)"
-    c.texts.append(Text("13", _f(MT + PH / 2), label, "axis ylabel"))
+    c.texts.append(Text("13", _f(MT + PH / 2), "GiB used", "axis ylabel"))
     last_label = 1e9
     for v, name in sorted(spec.thresholds, key=lambda th: -th[0]):
         yy = y(v)

@@ -230,7 +230,8 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         if lead:
             r, note = _rate(lead)
             hrs, at = _oom(lead)
-            headline = f"{lead.verdict}: {r}" + (f" ({note})" if note else "")
+            headline = lead.verdict + (f": {r}" if lead.rate_mib_per_h is not None else "")
+            headline += f" ({note})" if note else ""
             if lead.hours_to_oom is not None:
                 headline += f", out of memory in {hrs} (at {at} UTC)"
         sections.append(

@@ -101,7 +101,7 @@
         var days = (u.scales.x.max - u.scales.x.min) > 2 * 86400;
         return vs.map(function (v) { var c = clock(v); return days ? c.slice(5, 16) : c.slice(11, 16); });
       } },
-      { scale: "mib", label: "GiB used", incrs: MIB_STEPS, size: 56,
+      { scale: "mib", label: "GiB used", incrs: MIB_STEPS, size: 64,
         values: function (u, vs) { return vs.map(function (v) { return +(v / GIB).toFixed(3); }); } }
     ];
     if (hasKv) axes.push({ scale: "kv", side: 1, label: "KV %", grid: { show: false } });
