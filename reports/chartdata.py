@@ -126,8 +126,8 @@ class ChartSpec:
                 [round(m.t - self.x0), m.label, m.color, m.lane, rel(m.ticks)] for m in self.markers
             ],
         }
-        # "</" never appears inside the inline <script> block
-        return json.dumps(d, separators=(",", ":")).replace("</", "<\\/")
+        # no "<" at all inside the inline <script> block (so never "</script" or "<!--")
+        return json.dumps(d, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _iso_epoch(ts: str) -> float:

@@ -435,3 +435,22 @@ def test_flat_memory_is_not_zoomed_into_noise() -> None:
     y0, y1, near = y_band(flat, 81_920.0)
     assert y1 - y0 >= 0.03 * 70_000 and not near  # the noise stays a small wiggle
     assert (max(flat) - min(flat)) / (y1 - y0) < 0.05
+
+
+def test_a_host_without_gpu_samples_gets_a_row_and_a_section() -> None:
+    """A KV-pool leak found from logs alone: no series, still on the first screen."""
+    run = RunInfo(
+        bucket="b", since=None, until=None, hosts=[], generated_at=FIXED, analyzer_version="0"
+    )
+    doc = FindingsDocument(run=run, hosts=[HostInfo(host="logs-only-00")])
+    doc.findings = [
+        Finding("KV001", "leak.kv_pool", "critical", "logs-only-00", None, None, None, None,
+                "KV pages are not reclaimed.", {"leak_checks": 5}, "Restart the server.")
+    ]  # fmt: skip
+    html = render_report(doc, generated_at=FIXED)
+    assert (
+        'href="#gpu-logs-only-00-x"' in html
+        and '<section class="gpu" id="gpu-logs-only-00-x"' in html
+    )
+    assert "KV-POOL LEAK" in html.upper() and "Restart the server." in html
+    assert "<figure" not in html  # no chart without samples, and no empty one
