@@ -30,7 +30,7 @@ RECOGNISE: dict[str, str] = {
     ),
     "fast_image_processor": r"[Ff]ast (?:image )?processor|[Ss]low (?:image )?processor|use_fast",
     "engine_version": (
-        r"vLLM API server version|LLM engine \(v\d|\bvLLM version \d|█ +version \d"
+        r"vLLM (?:API )?server version|LLM engine \(v\d|\bvLLM version \d|█ +version \d"
         r"|\b(?:sglang|SGLang)(?:==| version:? v?)\d"
     ),
     "batch_stats": r"(?:Prefill|Decode) batch[.,]|new fill batch|Avg prompt throughput:",
@@ -194,7 +194,7 @@ FIELDS: dict[str, dict[str, tuple[str, list[str]]]] = {
         "version": (
             "str",
             [
-                r"(?:API server |vLLM |█ +)version v?(\d+\.\d+[\w.+-]*)",
+                r"(?:server |vLLM |█ +)version v?(\d+\.\d+[\w.+-]*)",
                 r"LLM engine \(v(\d+\.\d+[\w.+-]*)\)",
                 r"(?i)sglang(?:==| version:? v?)(\d+\.\d+[\w.+-]*)",
             ],

@@ -35,8 +35,13 @@ _TEXT = pl.col("text")
 _ANY = "|".join(f"(?:{rx})" for rx in F.RECOGNISE.values())
 
 
-def _first(patterns: list[str], group: int = 1, col: str = "record") -> pl.Expr:
-    exprs = [pl.col(col).str.extract(p, group) for p in patterns]
+def _first(patterns: list[str], group: int = 1) -> pl.Expr:
+    """The first pattern that matches; each read first in the record joined without
+    spaces (a terminal's hard wrap cuts words), then with them (a sentence's wrap)."""
+    exprs = [
+        pl.coalesce(pl.col(c).str.extract(p, group) for c in ("record_tight", "record"))
+        for p in patterns
+    ]
     return pl.coalesce(exprs) if len(exprs) > 1 else exprs[0]
 
 
@@ -78,7 +83,8 @@ def _classify() -> pl.Expr:
 
 def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """Each event line joined with the lines that continue it (and, for an old
-    SGLang leak check, the ``available_size=`` line just before it)."""
+    SGLang leak check, the ``available_size=`` line just before it): ``record`` with a
+    space between the lines, ``record_tight`` without (null where nothing was joined)."""
     n = df.height
     texts = df["text"]
     idx = events["line"].cast(pl.Int64) - 1
@@ -96,18 +102,26 @@ def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         return ok, nxt
 
     record = events["text"]
+    tight = pl.Series("t", [None] * events.height, dtype=pl.String)
     ok, nxt = continues(idx + 1)
     if ok.any():  # rare: only those rows go round again
         rows = ok.arg_true()
-        sub_idx, sub_rec = idx.gather(rows), record.gather(rows) + " " + nxt.gather(rows)
-        open_ = pl.Series([True] * len(rows))
+        sub_idx = idx.gather(rows)
+        sub = pl.DataFrame(
+            {
+                "record": record.gather(rows) + " " + nxt.gather(rows),
+                "tight": record.gather(rows) + nxt.gather(rows),
+                "open": pl.Series([True] * len(rows)),
+            }
+        )
         for k in range(2, F.MAX_CONTINUATION + 1):
             ok_k, nxt_k = continues(sub_idx + k)
-            open_ = open_ & ok_k
-            sub_rec = pl.select(
-                pl.when(open_).then(sub_rec + " " + nxt_k).otherwise(sub_rec)
-            ).to_series()
-        record = record.scatter(rows, sub_rec)
+            sub = sub.with_columns(pl.col("open") & ok_k, nxt_k.alias("nxt")).with_columns(
+                pl.when("open").then(pl.col("record") + " " + pl.col("nxt")).otherwise("record"),
+                pl.when("open").then(pl.col("tight") + pl.col("nxt")).otherwise("tight"),
+            )
+        record = record.scatter(rows, sub["record"])
+        tight = tight.scatter(rows, sub["tight"])
     leaks = ((events["event"] == "kv_leak_check") & (idx > 0)).arg_true()
     if len(leaks):
         prev = texts.gather(idx.gather(leaks) - 1)
@@ -118,7 +132,7 @@ def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
             pl.when(before).then(prev + " " + record.gather(leaks)).otherwise(record.gather(leaks))
         ).to_series()
         record = record.scatter(leaks, joined)
-    return events.with_columns(record.alias("record"))
+    return events.with_columns(record.alias("record"), tight.alias("record_tight"))
 
 
 def _utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
@@ -230,7 +244,7 @@ def parse_frame(
         parts.append(sub)
         if name == "server_args":
             parts += _implied(sub)
-    out = pl.concat(parts, how="diagonal_relaxed").drop("record")
+    out = pl.concat(parts, how="diagonal_relaxed").drop("record", "record_tight")
     # the engine of a line that does not say falls back to the file's majority
     known = out.filter(pl.col("engine").is_not_null())["engine"]
     if known.len():

@@ -32,7 +32,7 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
     ),
     (
         "engine_version",
-        r"API server version|LLM engine \(v\d|vLLM version|█ +version \d|sglang==\d|(?i:sglang version)",
+        r"API server version|vLLM server version|LLM engine \(v\d|vLLM version|█ +version \d|sglang==\d|(?i:sglang version)",
     ),
     (
         "image_processor",
