@@ -326,8 +326,9 @@ def read_gpu_memory_log(
             out.skip(path, n, f"expected '<ISO-8601 time> <MiB>' or a date line, got {line[:80]!r}")
     if not out.rows:
         if out.skipped_examples:  # name the first line that could not be read
-            where, _, why = out.skipped_examples[0].rpartition(": ")
-            raise ImportError_(path, int(where.rsplit(":", 1)[1]), f"no samples; {why}")
+            # "PATH:LINE: why", where the why may itself hold ": " (it quotes the line)
+            line, _, why = out.skipped_examples[0][len(f"{path}:") :].partition(": ")
+            raise ImportError_(path, int(line), f"no samples; {why}")
         raise ImportError_(path, 1, "no samples")
     return out
 

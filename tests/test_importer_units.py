@@ -8,6 +8,7 @@ bytes instead of 8311 MiB would make every leak look 1,048,576 times smaller.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,124 @@ def test_memory_log_with_nothing_readable_names_the_first_bad_line(tmp_path) -> 
     got = read_gpu_memory_log(f, "h")
     assert len(got.rows) == 1 and got.skipped == 1
     assert got.skipped_examples == ["" + str(f) + ":1: unreadable time '2026-13-45T00:00:00'"]
+
+
+def test_noheader_without_an_index_numbers_gpus_by_position(tmp_path) -> None:
+    rows = _csv(tmp_path, "100\n200\n", columns="memory.used")
+    assert [(r["gpu_index"], r["memory_used_bytes"] // MIB) for r in rows] == [(0, 100), (1, 200)]
+    assert [r["ts"] for r in rows] == [T0, T0]
+
+
+def test_a_given_free_value_is_kept_not_recomputed(tmp_path) -> None:
+    rows = _csv(
+        tmp_path,
+        "index, memory.used [MiB], memory.free [MiB], memory.total [MiB]\n0, 100, 50, 1000\n",
+    )
+    assert rows[0]["memory_free_bytes"] == 50 * MIB  # NVML's free is not total - used
+
+
+def test_process_rows_take_gpu_and_time_from_the_gpu_rows(tmp_path) -> None:
+    f = tmp_path / "apps.csv"
+    f.write_text(
+        "pid, process_name, gpu_uuid, used_gpu_memory [MiB]\n"
+        "11, early, GPU-a, 10 MiB\n"  # printed before any GPU sample: the next sample's time
+        "timestamp, index, uuid, memory.used [MiB]\n"
+        "2026/01/01 00:00:05, 0, GPU-a, 100 MiB\n"
+        "pid, process_name, gpu_uuid, used_gpu_memory [MiB]\n"
+        "12, late, GPU-a, 20 MiB\n"
+        "13, elsewhere, GPU-z, 30 MiB\n"
+    )
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    when = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
+    assert [(p["pid"], p["gpu_index"], p["ts"]) for p in got.processes] == [
+        (11, 0, when),
+        (12, 0, when),
+        (13, None, when),
+    ]
+    assert all("process_name" not in p and p["host"] == "h" for p in got.processes)
+    assert all("pid" not in r for r in got.rows)
+    # only process rows: they take the file's start
+    f.write_text("pid, gpu_uuid, used_gpu_memory [MiB]\n14, GPU-a, 5 MiB\n")
+    (only,) = read_nvidia_smi_csv(f, "h", start=T0).processes
+    assert only["ts"] == T0 and only["gpu_index"] is None
+
+
+def test_times_are_utc_whatever_the_machine_zone(tmp_path, monkeypatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        f = tmp_path / "smi.csv"
+        f.write_text("timestamp, index, memory.used [MiB]\n2026/01/01 10:00:00, 0, 1\n")
+        (row,) = nvidia_smi_csv(f, "h", tz="Europe/Berlin")
+        assert row["ts"].tzinfo is dt.UTC and row["ts"].hour == 9
+        f.write_text("index, memory.used [MiB]\n0, 1\n")
+        os.utime(f, (1767225600, 1767225600))  # 2026-01-01T00:00:00Z
+        (row,) = nvidia_smi_csv(f, "h")  # no times: the file's mtime starts the series
+        assert row["ts"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC) and row["ts"].tzinfo is dt.UTC
+        m = tmp_path / "mem.log"
+        m.write_text("2026-01-01 10:00:00 5\n")
+        (mem,) = gpu_memory_log(m, "h", tz="Europe/Berlin")
+        assert mem["ts"].tzinfo is dt.UTC and mem["ts"].hour == 9
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_concatenated_exports_bad_bytes_and_comments(tmp_path) -> None:
+    f = tmp_path / "cat.csv"
+    part = "\ufeffindex, memory.used [MiB]\n0, 100 MiB\n"
+    f.write_bytes(
+        (part + "# 0, 999 MiB  a comment, not data\n" + part).encode("utf-8")
+        + b"banner \xff\xfe not utf-8\n"
+    )
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    assert [r["memory_used_bytes"] // MIB for r in got.rows] == [100, 100]
+    assert got.skipped == 1 and got.skipped_examples[0].startswith(f"{f}:6: ")
+    m = tmp_path / "mem.log"
+    m.write_bytes("\ufeff2026-01-01T00:00:00Z 5\n".encode() + b"\xff junk\n")
+    got = read_gpu_memory_log(m, "h")
+    assert len(got.rows) == 1 and got.skipped == 1
+
+
+def test_skip_reasons_and_empty_files(tmp_path) -> None:
+    f = tmp_path / "s.csv"
+    f.write_text("0, 1\nindex, memory.used [MiB]\n0, 1, 2\n0, 5\n")
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    assert got.skipped_examples == [
+        f"{f}:1: data before any header line (give --columns for noheader output)",
+        f"{f}:3: 3 fields, header has 2",
+    ]
+    f.write_text("index, memory.used [MiB]\n")
+    with pytest.raises(ImportError_) as e:
+        read_nvidia_smi_csv(f, "h", start=T0)
+    assert str(e.value) == f"{f}:1: no data rows"
+    m = tmp_path / "m.log"
+    m.write_text("a: b: c\n")
+    with pytest.raises(ImportError_) as e:
+        read_gpu_memory_log(m, "h")
+    assert (
+        str(e.value)
+        == f"{m}:1: no samples; expected '<ISO-8601 time> <MiB>' or a date line, got 'a: b: c'"
+    )
+    long = "x" * 100
+    m.write_text(long + "\n")
+    got_err = pytest.raises(ImportError_, read_gpu_memory_log, m, "h")
+    assert repr("x" * 80) in str(got_err.value) and repr("x" * 81) not in str(got_err.value)
+
+
+def test_date_loop_zone_names_and_gpu_counting(tmp_path) -> None:
+    f = tmp_path / "loop.log"
+    f.write_text(
+        "Mon Nov 23 00:00:10 GMT 2026\n100\n200\n"
+        "Mon Nov 23 00:01:10 +0000 2026\n110\n"
+        "Mon Nov 23 01:02:10 CET 2026\n120\n"
+    )
+    got = read_gpu_memory_log(f, "h", tz="Europe/Berlin")
+    assert [(r["gpu_index"], r["ts"].strftime("%H:%M:%S")) for r in got.rows] == [
+        (0, "00:00:10"),
+        (1, "00:00:10"),
+        (0, "00:01:10"),  # GPU numbering starts again after each date line
+        (0, "00:02:10"),  # CET read in the given zone
+    ]
