@@ -328,3 +328,43 @@ def test_date_loop_zone_names_and_gpu_counting(tmp_path) -> None:
         (0, "00:01:10"),  # GPU numbering starts again after each date line
         (0, "00:02:10"),  # CET read in the given zone
     ]
+
+
+def test_server_log_rows_are_complete(tmp_path) -> None:
+    from collector.importers import server_log
+    from collector.logsig import MAX_LINE_BYTES
+
+    batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
+    exact = "[2025-11-11 04:28:31] " + batch
+    exact += "x" * (MAX_LINE_BYTES - len(exact) - 1)  # with its newline: exactly the limit
+    lines = [
+        b"[2025-11-11 04:28:30] " + batch.encode() + b"\r\n",
+        b"INFO 11-12 05:00:00 " + batch.encode() + b"\n",  # MM-DD: the year is given
+        b"no time here \xff " + batch.encode() + b"\n",  # takes the line before's time
+        exact.encode() + b"\n",
+        b"[2025-11-11 04:28:32] " + batch.encode() + b" " + b"y" * MAX_LINE_BYTES + b"\n",
+    ]
+    f = tmp_path / "server.log"
+    f.write_bytes(b"".join(lines))
+    os.utime(f, (1767225600, 1767225600))  # mtime 2026-01-01
+    rows = server_log(f, "h", year=2025)
+    offsets = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
+    assert [r["offset"] for r in rows] == offsets
+    assert {r["host"] for r in rows} == {"h"} and {r["file"] for r in rows} == {str(f)}
+    assert {r["inode"] for r in rows} == {f.stat().st_ino}
+    assert [r["truncated"] for r in rows] == [False, False, False, False, True]
+    assert rows[0]["text"].endswith("#queue-req: 0") and "\r" not in rows[0]["text"]
+    assert "\ufffd" in rows[2]["text"]
+    utc = dt.UTC
+    assert [r["ts"] for r in rows[:3]] == [
+        dt.datetime(2025, 11, 11, 4, 28, 30, tzinfo=utc),
+        dt.datetime(2025, 11, 12, 5, 0, 0, tzinfo=utc),
+        dt.datetime(2025, 11, 12, 5, 0, 0, tzinfo=utc),
+    ]
+    # no year given: the file's mtime lends its year to MM-DD stamps
+    assert server_log(f, "h")[1]["ts"].year == 2026
+    # no time anywhere: the file's mtime, as UTC
+    f.write_bytes(b"no time " + batch.encode() + b"\n")
+    os.utime(f, (1767225600, 1767225600))
+    (row,) = server_log(f, "h")
+    assert row["ts"] == dt.datetime(2026, 1, 1, tzinfo=utc) and row["ts"].tzinfo is utc
