@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 LINE = "[2026-01-01 00:00:00] Decode batch, #running-req: {n}, #token: 1, token usage: 0.01, gen throughput (token/s): 1.0, #queue-req: 0\n"
 GENERATIONS = 60  # rotated files kept by the writer (the oldest is deleted past this)
+LAST_KEYS: dict[tuple[Any, ...], int] = {}
 
 
 # --- the writer process ---------------------------------------------------------------------
@@ -68,7 +69,7 @@ def writer(log: Path, seed: int, op_every_s: float) -> None:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     fd = os.open(log, flags, 0o644)
     counts = {"written": 0, "rename": 0, "copytruncate": 0, "recreate": 0, "same_inode": 0}
-    counts["dropped_generations"] = 0
+    counts["oldest_rotated_deleted"] = 0  # long read by then: the loss count says so
     next_op = time.monotonic() + rnd.expovariate(1 / op_every_s)
     while not stop.is_set():
         os.write(fd, LINE.format(n=counts["written"]).encode())
@@ -79,7 +80,7 @@ def writer(log: Path, seed: int, op_every_s: float) -> None:
         next_op = time.monotonic() + rnd.expovariate(1 / op_every_s)
         op = rnd.choice(("rename", "copytruncate", "recreate"))
         counts[op] += 1
-        counts["dropped_generations"] += _shift(log)
+        counts["oldest_rotated_deleted"] += _shift(log)
         first = log.with_name(f"{log.name}.1")
         if op == "rename":
             os.rename(log, first)
@@ -117,9 +118,13 @@ def _bucket_lines(bucket: Path) -> tuple[list[int], int, int, list[str]]:
 
     key = table("log_lines").key
     seen: dict[tuple[Any, ...], int] = {}
+    global LAST_KEYS
+    LAST_KEYS = seen
     files = rows = 0
     bad = []
     for f in sorted((bucket / "log_lines").rglob("*.parquet")):
+        if f.name.startswith("."):
+            continue  # a temp file of a killed run: readers skip them
         files += 1
         try:
             data = pq.read_table(f).to_pylist()
@@ -132,7 +137,7 @@ def _bucket_lines(bucket: Path) -> tuple[list[int], int, int, list[str]]:
                 r["text"].split("#running-req: ")[1].split(",")[0]
             )
     for f in bucket.rglob("*.parquet"):  # every table's files, not only the logs'
-        if "log_lines" not in f.parts:
+        if "log_lines" not in f.parts and not f.name.startswith("."):
             files += 1
             try:
                 pq.read_metadata(f)
@@ -177,6 +182,7 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
     found, files, rows, bad = _bucket_lines(bucket)
     written = counts.pop("written")
     unique = set(found)
+    temp = [p.name for p in bucket.rglob(".*") if p.is_file()]
     return {
         "cycles": cycles,
         "kills": kills,
@@ -184,10 +190,12 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
         "lines_written": written,
         "lines_found": len(unique),
         "lost": len(set(range(written)) - unique),
+        "lost_examples": sorted(set(range(written)) - unique)[:10],
         "duplicated": len(found) - len(unique),
         "rows_before_dedupe": rows,
         "parquet_files": files,
         "unreadable_files": bad,
+        "temp_files_left_by_killed_runs": len(temp),
         **counts,
     }
 

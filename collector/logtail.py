@@ -9,26 +9,36 @@ Nothing written to a log is lost to a rotation:
 
 * rotation by rename (``name`` -> ``name.1``, ``name-20260101``): the old file
   is found by its inode among the rotated names and finished from the cursor,
-  then any newer rotated generation, then the new file from 0. The old file is
-  kept in the cursor (``prev``) for one rotation, for lines a server writes to
-  it before it reopens its log;
+  then any newer rotated generation, then the new file from 0. The rotated
+  files read are kept in the cursor (``watch``) and read again from where they
+  ended on the next runs: a server writes to its renamed log until it reopens
+  it, and a copy may have been read while copytruncate was still writing it;
 * ``copytruncate`` (same inode, file shorter or its first bytes changed): the
   pre-truncate tail is read from the rotated copy whose first bytes match the
   fingerprint, then the truncated file from 0;
 * deleted and recreated on the same inode: the fingerprint differs, so the new
   file is read from 0.
 
-Compressed rotations (``.gz``, ``.xz``, ...) are not text: they are skipped,
-and when the old file can only be one of them the run says that lines may be
-missing. Every row carries ``line_id``, a hash of the file's first line, the
-offset and the line itself: with ``host``, ``file``, ``inode`` and ``offset``
-it is the key readers de-duplicate on, so a line read twice (a run killed
-between writing its files and saving its cursor) counts once, and a new line
-at a reused inode and offset is never mistaken for an old one.
+The log and its rotated names are opened as one set (listed, opened, listed
+again; retried when a rotation renamed something meanwhile), so what is read
+is the set of files that existed together. Compressed rotations (``.gz``,
+``.xz``, ...) are not text: they are skipped, and when the old file can only
+be one of them the run says that lines may be missing. A cursor taken on an
+empty file has nothing to fingerprint: rotated files written since it are
+read as copies of it.
+
+Every row carries ``line_id``, a hash of the file's first line, the offset
+and the line itself; ``inode`` is that of the file where the line's
+generation (its first line) was first seen, kept in ``labels`` across runs,
+so a copy gives the same rows as its original. With ``host``, ``file`` and
+``offset`` they are the key readers de-duplicate on: a line read twice (a run
+killed between writing its files and saving its cursor) counts once, and a
+new line at a reused inode and offset is never mistaken for an old one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -46,6 +56,7 @@ FP_BYTES = 4096
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".Z", ".zip", ".br")
 COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")
 ROTATION_SEPARATORS = (".", "-", "_")
+WATCHED = 16  # rotated files read again each run for late lines (see _finish_watched)
 
 Cursor = dict[str, Any]
 
@@ -106,16 +117,6 @@ def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
     return hashlib.sha1(first, usedforsecurity=False).digest(), nl >= 0 or len(head) == FP_BYTES
 
 
-def _compressed(p: Path) -> bool:
-    if p.name.endswith(COMPRESSED_SUFFIXES):
-        return True
-    try:
-        with p.open("rb") as f:
-            return f.read(4).startswith(COMPRESSED_MAGIC)
-    except OSError:
-        return False
-
-
 def _age_key(name: str, base: str) -> tuple[int, int, str]:
     """Oldest first: ``name.3`` before ``name.1``; ``name-20260101`` before ``name-20260102``."""
     suffix = name[len(base) + 1 :]
@@ -124,27 +125,81 @@ def _age_key(name: str, base: str) -> tuple[int, int, str]:
     return (0, -int(suffix), "") if suffix.isdigit() else (1, 0, suffix)
 
 
-def rotated(path: str) -> tuple[list[Path], list[Path]]:
-    """The rotated generations of ``path`` in its folder, oldest first: (text, compressed)."""
+@dataclass
+class _Gen:
+    """One generation of a log, opened: what is read is this file whatever is renamed since."""
+
+    name: str
+    f: IO[bytes]
+    st: os.stat_result
+
+
+@dataclass
+class _Snap:
+    current: _Gen | None
+    error: str | None
+    rotated: list[_Gen]  # plain text, oldest first
+    packed: list[str]  # compressed rotations: named, not read
+    note: str | None = None
+
+
+def _listing(p: Path) -> dict[str, int]:
+    """Name -> inode of the log and its rotated names."""
+    base, out = p.name, {}
+    for e in os.scandir(p.parent):
+        n = e.name
+        if n == base or (
+            n.startswith(base) and n[len(base) : len(base) + 1] in ROTATION_SEPARATORS
+        ):
+            with contextlib.suppress(OSError):
+                if e.is_file():
+                    out[n] = e.inode()
+    return out
+
+
+def _snapshot(path: str, stack: contextlib.ExitStack) -> _Snap:
+    """Open the log and its rotated generations as one consistent set: listed, opened,
+    listed again, and retried if a rotation renamed anything in between."""
     p = Path(path)
-    base = p.name
-    try:
-        names = [
-            e.name
-            for e in os.scandir(p.parent)
-            if e.name != base
-            and e.name.startswith(base)
-            and e.name[len(base) : len(base) + 1] in ROTATION_SEPARATORS
-            and e.is_file()
+    for attempt in range(5):
+        try:
+            before = _listing(p)
+        except OSError:
+            before = {}
+        gens: dict[str, _Gen] = {}
+        error = f"{path}: No such file or directory" if p.name not in before else None
+        for name in before:
+            try:
+                f = open(p.parent / name, "rb")  # noqa: SIM115 - closed by the caller's stack
+            except OSError as e:
+                if name == p.name:
+                    error = f"{path}: {e.strerror or e}"
+                continue
+            gens[name] = _Gen(name, f, os.fstat(f.fileno()))
+        try:
+            after = _listing(p)
+        except OSError:
+            after = {}
+        stable = before == after and all(g.st.st_ino == before[n] for n, g in gens.items())
+        if not stable and attempt < 4:
+            for g in gens.values():
+                g.f.close()
+            continue
+        for g in gens.values():
+            stack.callback(g.f.close)
+        current = gens.pop(p.name, None)
+        text = [
+            g
+            for g in gens.values()
+            if not (
+                g.name.endswith(COMPRESSED_SUFFIXES) or _head(g.f, 4).startswith(COMPRESSED_MAGIC)
+            )
         ]
-    except OSError:
-        return [], []
-    names.sort(key=lambda n: _age_key(n, base))
-    text: list[Path] = []
-    packed: list[Path] = []
-    for n in names:
-        (packed if _compressed(p.parent / n) else text).append(p.parent / n)
-    return text, packed
+        packed = sorted(n for n in gens if n not in {g.name for g in text})
+        text.sort(key=lambda g: _age_key(g.name, p.name))
+        note = None if stable else f"{path}: rotated again while it was being read (5 tries)"
+        return _Snap(current, None if current else error, text, packed, note)
+    raise AssertionError("unreachable")
 
 
 class _Reader:
@@ -223,22 +278,16 @@ class _Reader:
         )
 
 
-def _find(cands: list[Path], cur: Cursor, by_inode: bool) -> tuple[int, Path] | None:
+def _find(cands: list[_Gen], cur: Cursor, by_inode: bool) -> int | None:
     """The newest rotated file that is the cursor's file (same inode) or a copy of it."""
+    if not by_inode and ("fp" not in cur or not cur.get("fp_len")):
+        return None  # nothing to recognise a copy by
     for i in range(len(cands) - 1, -1, -1):
-        try:
-            st = cands[i].stat()
-            if by_inode and st.st_ino != cur.get("inode"):
-                continue
-            if not by_inode and ("fp" not in cur or not cur.get("fp_len")):
-                return None  # nothing to recognise a copy by
-            if st.st_size < int(cur.get("offset", 0)):
-                continue
-            with cands[i].open("rb") as f:
-                if _matches(f, st.st_size, cur):
-                    return i, cands[i]
-        except OSError:
+        g = cands[i]
+        if by_inode and g.st.st_ino != cur.get("inode"):
             continue
+        if g.st.st_size >= int(cur.get("offset", 0)) and _matches(g.f, g.st.st_size, cur):
+            return i
     return None
 
 
@@ -260,15 +309,19 @@ def tail(
     res = TailResult(path)
     end = deadline if deadline is not None else float("inf")
     rd = _Reader(res, now, host, max_bytes, end, labels if labels is not None else {})
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as e:
-        res.error = f"{path}: {e.strerror or e}"
-        res.cursor = cursor
-        return res
-    with f:
-        st = os.fstat(f.fileno())
-        prev = _finish_prev(rd, path, cursor.get("prev") if cursor else None)
+    with contextlib.ExitStack() as stack:
+        snap = _snapshot(path, stack)
+        if snap.note:
+            res.notes.append(snap.note)
+        if snap.current is None:
+            res.error = snap.error
+            res.cursor = cursor
+            return res
+        f, st = snap.current.f, snap.current.st
+        old: list[Cursor] = []
+        if cursor:  # "prev": the one watched file of cursors saved before "watch"
+            old = list(cursor.get("watch") or ([cursor["prev"]] if cursor.get("prev") else []))
+        watch = _finish_watched(rd, snap, old)
         start = 0
         if cursor:
             same_inode = cursor.get("inode") == st.st_ino
@@ -279,86 +332,73 @@ def tail(
             ):
                 start = int(cursor.get("offset", 0))
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
-                    _copies_since(rd, path, cursor, st.st_ino)
+                    watch += _copies_since(rd, snap, cursor, {w["inode"] for w in watch})
             else:
-                at, prev = _finish_old(rd, path, cursor, same_inode)
+                at, read = _finish_old(rd, snap, path, cursor, same_inode)
                 if at is not None:  # stopped inside a rotated file: resume there next run
                     res.cursor = at
                     return res
+                watch += read
         pos, _ = rd.read(f, start)
         res.cursor = _stamp(f, os.fstat(f.fileno()).st_size, pos)
         if not res.cursor["fp_len"]:
             res.cursor["t"] = time.time()
-        if prev is not None:
-            res.cursor["prev"] = prev
+        if watch:
+            res.cursor["watch"] = watch[-WATCHED:]
     return res
 
 
-def _finish_prev(rd: _Reader, path: str, prev: Cursor | None) -> Cursor | None:
-    """Lines a server wrote to the file rotated away last time, before reopening its log."""
-    if not prev:
-        return None
-    cands, _ = rotated(path)
-    hit = _find(cands, prev, by_inode=True)
-    if hit is None:
-        return None  # gone (deleted or compressed) after it was read to its end
-    with hit[1].open("rb") as f:
-        pos, _ = rd.read(f, int(prev["offset"]))
-        return _stamp(f, os.fstat(f.fileno()).st_size, pos)
+def _finish_watched(rd: _Reader, snap: _Snap, watched: list[Cursor]) -> list[Cursor]:
+    """Rotated files read in earlier runs, read again from where they ended: a server
+    may append to its renamed log until it reopens it, and a copy may have been read
+    while copytruncate was still writing it. Those no longer there are forgotten."""
+    out = []
+    for w in watched:
+        i = _find(snap.rotated, w, by_inode=True)
+        if i is not None:
+            g = snap.rotated[i]
+            pos, _ = rd.read(g.f, int(w["offset"]))
+            out.append(_stamp(g.f, os.fstat(g.f.fileno()).st_size, pos))
+    return out
 
 
 def _finish_old(
-    rd: _Reader, path: str, cur: Cursor, truncated_in_place: bool
-) -> tuple[Cursor | None, Cursor | None]:
+    rd: _Reader, snap: _Snap, path: str, cur: Cursor, truncated_in_place: bool
+) -> tuple[Cursor | None, list[Cursor]]:
     """Finish the cursor's file, then every newer rotated generation.
 
-    Returns (the cursor to resume from when stopped early, the renamed file to
-    keep watching); a note in the result says when lines may be missing.
+    Returns (the cursor to resume from when stopped early, the rotated files read,
+    to watch); a note in the result says when lines may be missing.
     """
-    res = rd.res
-    cands, packed = rotated(path)
-    hit = _find(cands, cur, by_inode=True) or _find(cands, cur, by_inode=False)
+    cands = snap.rotated
+    hit = _find(cands, cur, by_inode=True)
+    hit = hit if hit is not None else _find(cands, cur, by_inode=False)
     if hit is None:
         what = "truncated or rewritten" if truncated_in_place else "rotated"
-        zipped = f" (compressed, not read: {', '.join(p.name for p in packed)})" if packed else ""
-        res.notes.append(
+        zipped = f" (compressed, not read: {', '.join(snap.packed)})" if snap.packed else ""
+        rd.res.notes.append(
             f"{path} was {what} and its old file (inode {cur.get('inode')}) is not among the "
             f"rotated names{zipped}: lines written after offset {cur.get('offset', 0)} may be missing"
         )
-        return None, None  # without the old file, no rotated generation is known to be newer
-    todo = [(hit[1], int(cur.get("offset", 0)))] + [(q, 0) for q in cands[hit[0] + 1 :]]
-    watch: Cursor | None = None
-    for p, start in todo:
-        try:
-            f = p.open("rb")
-        except OSError as e:
-            res.notes.append(f"{p}: {e.strerror or e}: lines in it may be missing")
-            continue
-        with f:
-            st = os.fstat(f.fileno())
-            pos, done = rd.read(f, start)
-            stamp = _stamp(f, st.st_size, pos)
-            if not done:
-                return stamp, None
-            if not truncated_in_place:
-                watch = stamp  # the newest renamed file: the server may still append to it
-    return None, watch
+        return None, []  # without the old file, no rotated generation is known to be newer
+    read: list[Cursor] = []
+    for k, g in enumerate(cands[hit:]):
+        pos, done = rd.read(g.f, int(cur.get("offset", 0)) if k == 0 else 0)
+        stamp = _stamp(g.f, os.fstat(g.f.fileno()).st_size, pos)
+        if not done:
+            return stamp, []
+        read.append(stamp)
+    return None, read
 
 
-def _copies_since(rd: _Reader, path: str, cur: Cursor, inode: int) -> None:
+def _copies_since(rd: _Reader, snap: _Snap, cur: Cursor, watched: set[int]) -> list[Cursor]:
     """The cursor was taken on an empty file, so no fingerprint can tell a copytruncate
-    since: read the rotated files written after the cursor that are not the renamed
-    file still watched (``prev``) - copies of this file made since."""
+    since: read the rotated files written after the cursor that are not watched already
+    (copies of this file made since)."""
     t = float(cur.get("t", time.time()))
-    skip = {inode, int((cur.get("prev") or {}).get("inode", -1))}
-    cands, _ = rotated(path)
-    for p in cands:
-        try:
-            f = p.open("rb")
-        except OSError:
-            continue
-        with f:
-            st = os.fstat(f.fileno())
-            if st.st_ino in skip or st.st_mtime <= t or st.st_size == 0:
-                continue
-            rd.read(f, 0)
+    read = []
+    for g in snap.rotated:
+        if g.st.st_ino not in watched and g.st.st_mtime > t and g.st.st_size > 0:
+            pos, _ = rd.read(g.f, 0)
+            read.append(_stamp(g.f, os.fstat(g.f.fileno()).st_size, pos))
+    return read

@@ -60,6 +60,9 @@ TABLES = (
 WRITE_MARGIN_S = 15.0  # writing the files and the cursor, after the sources
 TERM_GRACE_S = 1.5  # after SIGTERM, the process is gone by then whatever it is doing
 LOCK = "leakcollect.lock"
+CURSORS = "log-cursors.json"
+LABELS = "log-generations.json"  # first-line hash -> inode label, per log
+LABELS_KEPT = 512
 
 
 @dataclass
@@ -242,6 +245,7 @@ def collect_run(
 class _Gathered:
     tables: dict[str, list[dict[str, Any]]]
     cursors: dict[str, logtail.Cursor]  # to save once the files are written
+    labels: dict[str, dict[str, int]]  # to save before they are (logtail.tail)
     drained: spool.Drained  # spool files to delete once the files are written
     ledger: Ledger
 
@@ -294,15 +298,17 @@ def _sample_and_read(
         tables["gpu_processes"] += [{**p, **host_side.get(p["pid"], {})} for p in procs]
         for src, (out, secs) in zip(side, pending(), strict=True):
             take(out, secs, src, tables, ledger, stuck)
-        if stop.is_set() or cfg.duration == 0 or time.monotonic() + cfg.interval > run_end:
+        # the next sample is due at t0 + interval: take it only if the run is not over by then
+        if stop.is_set() or cfg.duration == 0 or t0 + cfg.interval >= run_end:
             break
         stop.wait(max(0.0, t0 + cfg.interval - time.monotonic()))
     # logs and the spool once per run, at its end: everything up to now
-    cursor_file = cfg.state_dir / "log-cursors.json"
-    cursors = logtail.load_cursors(cursor_file)
+    cursors = logtail.load_cursors(cfg.state_dir / CURSORS)
+    labels: dict[str, dict[str, int]] = logtail.load_cursors(cfg.state_dir / LABELS)
     now = dt.datetime.now(dt.UTC)
     end: list[Source] = [
-        LogSource(p, cursors.get(p), now, cfg.host, cfg.log_max_bytes) for p in cfg.logs
+        LogSource(p, cursors.get(p), labels.get(p, {}), now, cfg.host, cfg.log_max_bytes)
+        for p in cfg.logs
     ]
     if cfg.probe_spool is not None:
         end.append(SpoolSource(cfg.probe_spool, now, cfg.host))
@@ -315,13 +321,15 @@ def _sample_and_read(
     deadlines = [t_end + (cfg.log_timeout if s.kind == "logs" else cfg.spool_timeout) for s in end]
     for src, (out, secs) in zip(end, guarded(end, deadlines, stop), strict=True):
         take(out, secs, src, tables, ledger, stuck)
-        if isinstance(src, LogSource) and out.extra is not None and not out.abandoned:
-            cursors[src.label] = out.extra
-        if isinstance(src, SpoolSource) and not out.abandoned:
+        if isinstance(src, LogSource) and out.extra is not None and out.extra[0] is not None:
+            cursors[src.label] = out.extra[0]
+            kept = list(out.extra[1].items())[-LABELS_KEPT:]  # generations are few per day
+            labels[src.label] = dict(kept)
+        if isinstance(src, SpoolSource) and out.extra is not None:
             drained = out.extra
     if nvml_src is not None and nvml_src.opened and "nvml" not in stuck:
         nvml_src.nvml.close()
-    return _Gathered(tables, cursors, drained, ledger)
+    return _Gathered(tables, cursors, labels, drained, ledger)
 
 
 def _write(
@@ -333,6 +341,11 @@ def _write(
 ) -> None:
     ledger, drained = got.ledger, got.drained
     now = dt.datetime.now(dt.UTC)
+    try:
+        if cfg.logs:  # before the rows: a repeat after a crash must label them the same
+            logtail.save_cursors(cfg.state_dir / LABELS, got.labels)
+    except OSError as e:
+        ledger.fail("logs", f"cannot save {LABELS} in {cfg.state_dir}: {e.strerror or e}")
     writer = BucketWriter(cfg.bucket, cfg.host)
     try:
         for name, rows in got.tables.items():
@@ -353,7 +366,7 @@ def _write(
         return
     try:
         if cfg.logs:
-            logtail.save_cursors(cfg.state_dir / "log-cursors.json", got.cursors)
+            logtail.save_cursors(cfg.state_dir / CURSORS, got.cursors)
     except OSError as e:  # the lines are in the bucket: the next run reads them again, deduped
         ledger.fail("logs", f"cannot save the log cursor in {cfg.state_dir}: {e.strerror or e}")
     for f in drained.files + drained.snapshots:  # only now that the bucket has them

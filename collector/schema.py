@@ -156,6 +156,7 @@ LOG_LINES = Table(
     "file's first line, the offset and the line: a line read twice counts once, a new line at a "
     "reused inode and offset (copytruncate, a recreated file) stays distinct.",
     key=("host", "file", "inode", "offset", "line_id"),
+    optional=("line_id",),
 )
 
 ALLOCATOR_SAMPLES = Table(

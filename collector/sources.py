@@ -242,19 +242,29 @@ class ProbeSource(Source):
 
 
 class LogSource(Source):
-    """New lines of one log. ``extra``: the cursor to save once the run's files are written."""
+    """New lines of one log. ``extra``: (the cursor to save once the run's files are
+    written, the generation labels to save before they are; see ``logtail.tail``)."""
 
     kind = "logs"
 
     def __init__(
-        self, path: str, cursor: logtail.Cursor | None, now: dt.datetime, host: str, max_bytes: int
+        self,
+        path: str,
+        cursor: logtail.Cursor | None,
+        labels: dict[str, int],
+        now: dt.datetime,
+        host: str,
+        max_bytes: int,
     ) -> None:
         super().__init__(path, now, host)
         self.cursor, self.max_bytes = cursor, max_bytes
+        self.labels = dict(labels)  # a copy: an abandoned read cannot change the run's
 
     def collect(self, deadline: float) -> Outcome:
-        tr = logtail.tail(self.label, self.cursor, self.now, self.host, self.max_bytes, deadline)
-        out = Outcome(rows={"log_lines": tr.rows}, extra=tr.cursor)
+        tr = logtail.tail(
+            self.label, self.cursor, self.now, self.host, self.max_bytes, deadline, self.labels
+        )
+        out = Outcome(rows={"log_lines": tr.rows}, extra=(tr.cursor, self.labels))
         # a read stopped by the byte cap or the deadline is no error: the rest waits at the cursor
         out.errors += ([tr.error] if tr.error else []) + tr.notes
         return out
