@@ -151,12 +151,19 @@ def _utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
 
 def _timestamps(ev: pl.DataFrame, year: int | None, tz: str) -> pl.DataFrame:
     head = _TEXT.str.slice(0, 160)  # stamps sit at the start; long lines are not scanned
-    outer = head.str.extract_groups(F.OUTER)
-    ev = ev.with_columns(
-        head.str.replace(F.OUTER, "").alias("_rest"),
-        (outer.struct.field("1") + " " + outer.struct.field("2")).alias("_outer"),
-        outer.struct.field("3").alias("_outer_off"),
-    )
+    if ev["text"].str.contains(r"^\d{4}-\d\d-\d\d").any():  # a shipper's stamp in front
+        outer = head.str.extract_groups(F.OUTER)
+        ev = ev.with_columns(
+            head.str.replace(F.OUTER, "").alias("_rest"),
+            (outer.struct.field("1") + " " + outer.struct.field("2")).alias("_outer"),
+            outer.struct.field("3").alias("_outer_off"),
+        )
+    else:
+        ev = ev.with_columns(
+            head.alias("_rest"),
+            pl.lit(None, dtype=pl.String).alias("_outer"),
+            pl.lit(None, dtype=pl.String).alias("_outer_off"),
+        )
     full_g = pl.col("_rest").str.extract_groups(F.FULL)
     md_g = pl.col("_rest").str.extract_groups(F.MONTH_DAY)
     full = full_g.struct.field("1") + " " + full_g.struct.field("2")
@@ -218,10 +225,11 @@ def parse_frame(
         )
     cand = _records(df, cand)
     if engine == "auto":
+        head = _TEXT.str.slice(0, 600)  # an engine's marks sit early; configs are long
         eng = (
-            pl.when(_TEXT.str.contains(F.SGLANG))
+            pl.when(head.str.contains(F.SGLANG))
             .then(pl.lit("sglang"))
-            .when(_TEXT.str.contains(F.VLLM))
+            .when(head.str.contains(F.VLLM))
             .then(pl.lit("vllm"))
             .otherwise(pl.lit(None, dtype=pl.String))
         )
