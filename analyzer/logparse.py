@@ -49,12 +49,13 @@ def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
     if kind == "bytes":  # number and unit from one scan per pattern
         values = []
         for p in patterns:
-            g = pl.col("record").str.extract_groups(p)
-            num = g.struct.field("1").cast(pl.Float64, strict=False)
-            unit = g.struct.field("2").replace_strict(
-                F.UNITS, default=None, return_dtype=pl.Float64
-            )
-            values.append(num * unit)
+            for c in ("record_tight", "record"):  # as in _first
+                g = pl.col(c).str.extract_groups(p)
+                num = g.struct.field("1").cast(pl.Float64, strict=False)
+                unit = g.struct.field("2").replace_strict(
+                    F.UNITS, default=None, return_dtype=pl.Float64
+                )
+                values.append(num * unit)
         return pl.coalesce(values).round(0).cast(pl.Int64, strict=False)
     raw = _first(patterns)
     if kind == "int":

@@ -424,3 +424,12 @@ def test_collector_line_time_policy() -> None:
     )
     assert line_time("no time here", 2025) is None
     assert line_time("[2025-02-30 04:46:39] x", None) is None  # not a date: no time, no error
+
+
+def test_a_terminal_wrap_inside_a_number_or_a_size() -> None:
+    [e] = _parse(
+        ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2", "5 GiB. GPU 0"]
+    )
+    assert e["fields"] == {"tried_bytes": round(1.25 * 2**30), "gpu": 0}
+    [e] = _parse(["[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 1", "2, #queue-req: 3"])
+    assert e["fields"] == {"running_reqs": 12, "queue_reqs": 3}
