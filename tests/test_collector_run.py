@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import random
 import signal
 import subprocess
@@ -485,3 +486,56 @@ def test_a_run_never_outlives_its_limit(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert r.returncode == exitcodes.NOTHING and "still running after" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 10
+
+
+def test_guarded_abandons_a_stuck_source_and_cancels_it() -> None:
+    import datetime as dt
+
+    from collector.sources import Outcome, Source, guarded
+
+    class Stuck(Source):
+        kind = "metrics"
+
+        def __init__(self) -> None:
+            super().__init__("stuck://x", dt.datetime.now(dt.UTC), "h")
+            self.release = threading.Event()
+
+        def collect(self, deadline: float) -> Outcome:
+            self.release.wait(30)  # ignores its deadline, as a read stuck in the kernel would
+            return Outcome(rows={"metric_samples": [{"late": True}]})
+
+        def cancel(self) -> None:
+            self.release.set()
+
+    src = Stuck()
+    stop = threading.Event()
+    t0 = time.monotonic()
+    ((out, secs),) = guarded([src], [t0 + 0.3], stop)
+    assert out.abandoned and not out.rows and "abandoned after" in out.errors[0]
+    assert 0.25 < secs < 1.0 and src.release.is_set()  # cancel() was called to unblock it
+
+
+def test_a_stuck_proc_read_is_abandoned_while_the_gpus_are_sampled(tmp_path) -> None:
+    """A /proc read that never returns (here a FIFO nobody writes: open() blocks)."""
+    from test_collector_nvml import FakeNvml
+
+    from collector.run import collect_run
+
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    fifo = proc / "4242" / "cmdline"
+    os.mkfifo(fifo)
+    cfg = _cfg(tmp_path, duration=1.5, interval=0.5)
+    cfg.no_gpu, cfg.proc_root, cfg.procfs_timeout = False, proc, 0.3
+    try:
+        res, secs = _in_thread(
+            lambda: collect_run(cfg, nvml_lib=FakeNvml(gpus=1), say=lambda m: None), 15
+        )
+    finally:  # let the abandoned thread go
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+    assert secs < 4 and res.code == exitcodes.PARTIAL
+    assert len({g["ts"] for g in _rows(tmp_path / "b", "gpu_samples")}) >= 3
+    runs = {r["source"]: r for r in _rows(tmp_path / "b", "collector_runs")}
+    assert runs["procfs"]["status"] == "failed" and "abandoned" in runs["procfs"]["error"]
+    assert runs["nvml"]["status"] == "ok"
