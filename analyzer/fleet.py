@@ -42,6 +42,7 @@ class GpuRank:
     verdict: str = ""
     severity: str = "info"
     oom_at: str | None = None
+    oom_estimated: bool = False  # from the rules' figures, beyond OF001's forecast window
 
 
 @dataclass
@@ -88,9 +89,15 @@ class FleetView:
     @property
     def soonest(self) -> list[GpuRank]:
         """GPUs with a time to OOM, soonest first."""
-        return sorted(
+        return sorted(  # the host report's order (verdict_order)
             (r for r in self.ranking if r.hours_to_oom is not None),
-            key=lambda r: (r.hours_to_oom or 0.0, r.host, -1 if r.gpu is None else r.gpu),
+            key=lambda r: (
+                r.hours_to_oom or 0.0,
+                -severity_rank(r.severity) - 10,
+                -(r.leak_mib_per_h or 0.0),
+                r.host,
+                -1 if r.gpu is None else r.gpu,
+            ),
         )
 
 
@@ -151,6 +158,7 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
             verdict=v.verdict,
             severity=v.severity,
             oom_at=v.oom_at,
+            oom_estimated=v.oom_rule not in (None, "OF001"),
         )
         for v in verdicts
         if v.is_leak

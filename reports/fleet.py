@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.fleet import Cohort, FleetView
+from analyzer.fleet import Cohort, FleetView, GpuRank
 from reports.render import _env, assets
 
 BAR_W = 140
@@ -49,10 +49,12 @@ def rows(view: FleetView) -> list[CohortRow]:
     return out
 
 
-def _hours(h: float | None) -> str:
+def _hours(r: GpuRank) -> str:
+    h = r.hours_to_oom
     if h is None:
         return "—"
-    return f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+    text = f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+    return f"≈ {text}" if r.oom_estimated else text
 
 
 def _clock(iso: str | None) -> str:

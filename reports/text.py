@@ -72,17 +72,33 @@ def options(text: str) -> list[str]:
 
 
 def first_remedy(text: str, limit: int = 110) -> str:
-    """The first thing to do: option A where options are listed, else the first sentence
-    that asks for an action; cut at a word boundary."""
+    """The first thing to do, short: option A where options are listed, else the first
+    clause that starts with an action ("restart ...", "upgrade ...") and what follows it
+    up to about 25 characters; else the first sentence naming an action."""
     opts = options(text)
     if opts:
         return opts[0].split(":")[0]
     flat = " ".join(text.split())
     sentences = re.split(r"(?<=[.!?])\s+", flat)
+    for sentence in sentences:
+        clauses = re.split(r"(?<=[,;:])\s+", sentence)
+        for i, clause in enumerate(clauses):
+            if not _ACTION.match(clause.lstrip("-")):
+                continue
+            out = clause
+            for more in clauses[i + 1 :]:
+                if len(out.rstrip(",;:")) >= 25:
+                    break
+                out += " " + more
+            out = out.rstrip(",;:")
+            if out.count("(") > out.count(")"):  # never end inside a parenthesis
+                out = out[: out.rindex("(")].rstrip()
+            return _cut(out[:1].upper() + out[1:], limit)
     s = next((x for x in sentences if _ACTION.search(x)), sentences[0] if sentences else "")
-    head, sep, tail = s.partition(": ")
-    if sep and _ACTION.match(tail):  # "Condition: do this."
-        s = tail[:1].upper() + tail[1:]
+    return _cut(s, limit)
+
+
+def _cut(s: str, limit: int) -> str:
     return s if len(s) <= limit else s[: limit - 1].rsplit(" ", 1)[0] + " …"
 
 

@@ -454,3 +454,15 @@ def test_a_host_without_gpu_samples_gets_a_row_and_a_section() -> None:
     )
     assert "KV-POOL LEAK" in html.upper() and "Restart the server." in html
     assert "<figure" not in html  # no chart without samples, and no empty one
+
+
+def test_soonest_in_the_same_order_on_both_pages(sim_doc) -> None:
+    from analyzer.fleet import build
+    from reports.model import build as build_model
+
+    rows = [(r.host, r.gpu, r.hours) for r in build_model(sim_doc).rows if r.hours != "—"]
+    soonest = build("2026-W48", sim_doc).soonest
+    assert [(h, g) for h, g, _ in rows] == [(r.host, str(r.gpu)) for r in soonest]
+    # an estimate beyond the forecast window is marked as one on both pages
+    for (_h, _g, hours), r in zip(rows, soonest, strict=True):
+        assert hours.startswith("≈") == r.oom_estimated
