@@ -129,6 +129,7 @@ class Opened:
     quarantined: list[str] = field(default_factory=list)  # one line per host and table
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
     tier: Any = None  # analyzer.tier.TierUse when the stored rollup tier is read
+    span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
 
 
 def open_checked(
@@ -191,6 +192,7 @@ def open_checked(
         if s3 is not None and local[name]:
             local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
     first_run = _first_runs(con, local["collector_runs"], hi)
+    out.span_s = samples_span(good["gpu_samples"], hi)
     parts: dict[str, tuple[str, str]] = {}
     for name, spec in TABLES.items():
         files = local[name]
@@ -232,6 +234,26 @@ def open_checked(
             out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir
         )
     return out
+
+
+def samples_span(files: list[layout.FileCheck], hi: dt.datetime) -> float | None:
+    """Seconds from the first to the last device sample, from the files' footers
+    (samples past ``hi`` are quarantined and do not count); None when unknown."""
+    lo_t = [c.ts_min for c in files if c.ts_min is not None and c.ts_min <= hi]
+    hi_t = [min(c.ts_max, hi) for c in files if c.ts_max is not None and c.ts_min is not None]
+    if not files or len(lo_t) != len(files) or not hi_t:
+        return None
+    return (max(hi_t) - min(lo_t)).total_seconds()
+
+
+def scope_span(
+    bucket: str | os.PathLike[str], scope: Scope, now: dt.datetime | None = None
+) -> float | None:
+    """:func:`samples_span` of a whole scope, before it is split into host batches."""
+    s3 = s3_filesystem() if is_s3(bucket) else None
+    wall = dt.datetime.now(dt.UTC)
+    good, _bad = checked_files(bucket, "gpu_samples", scope, s3)
+    return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
 
 
 def _attach_tier(

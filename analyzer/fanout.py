@@ -67,7 +67,9 @@ def _merge_status(parts: list[RuleStatus]) -> RuleStatus:
     first = parts[0]
     active = [p for p in parts if p.status != "skipped"]
     if not active:
-        return RuleStatus(first.rule_id, first.name, first.pack, "skipped", first.reason, 0.0, 0)
+        return RuleStatus(
+            first.rule_id, first.name, first.pack, "skipped", first.reason, 0.0, 0, first.hint
+        )
     worst = max(active, key=lambda p: _STATUS_RANK[p.status])
     reasons = sorted({p.reason for p in active if p.reason and p.status == worst.status})
     return RuleStatus(
@@ -113,9 +115,11 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
         g
         for d in sorted(docs, key=lambda d: d.hosts[0].host if d.hosts else "")
         for g in d.run.gaps
+        if g not in set(stale_hosts(d))  # a batch's own view of who stopped: decided below
     ]
     out.run.gaps = stale_hosts(out) + sorted(failures, key=lambda g: g.split(": ", 1)[0])
     out.run.incomplete = sorted({r for d in docs for r in d.run.incomplete})
+    out.coverage = sorted((c for d in docs for c in d.coverage), key=lambda c: str(c.get("host")))
     return out
 
 
@@ -146,6 +150,11 @@ def analyze_fanout(
             memory_limit=memory_limit,
             rule_timeout=rule_timeout,
         )
+    from analyzer.bucket import scope_span
+    from analyzer.rollup import with_width
+
+    # one bucket width for every task: the whole scope's span, not each batch's
+    overrides = with_width(overrides or {}, scope_span(bucket, scope, now))
     groups = [hosts[i : i + hosts_per_task] for i in range(0, len(hosts), max(hosts_per_task, 1))]
     futures = [
         executor.submit(

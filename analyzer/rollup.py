@@ -62,13 +62,29 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";\n") if s.strip().strip(";").strip()]
 
 
-def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> float:
+def width_for_span(span_s: float, params: dict[str, Any]) -> float:
     """Fine buckets for hours of data, per-minute ones for days (bounded rollup size)."""
-    row = con.execute("SELECT epoch(max(last_ts)) - epoch(min(first_ts)) FROM gpu_info").fetchone()
-    span = float(row[0] or 0.0) if row else 0.0
-    if span > float(params["long_span_h"]) * 3600:
+    if span_s > float(params["long_span_h"]) * 3600:
         return float(params["long_bucket_s"])
     return float(params["bucket_s"])
+
+
+def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> float:
+    """:func:`width_for_span` of the device samples' span (from ``gpu_info``)."""
+    row = con.execute("SELECT epoch(max(last_ts)) - epoch(min(first_ts)) FROM gpu_info").fetchone()
+    return width_for_span(float(row[0] or 0.0) if row else 0.0, params)
+
+
+def with_width(
+    overrides: dict[str, dict[str, Any]], span_s: float | None
+) -> dict[str, dict[str, Any]]:
+    """``overrides`` with the bucket width fixed for a trace spanning ``span_s`` seconds
+    (unless set already): every host batch of one analysis then buckets alike."""
+    mine = dict(overrides.get("rollup", {}))
+    if span_s is None or "bucket_s" in mine:
+        return overrides
+    mine["bucket_s"] = width_for_span(span_s, {**DEFAULTS, **mine})
+    return {**overrides, "rollup": mine}
 
 
 def rollup_files() -> list[Path]:

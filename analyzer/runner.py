@@ -242,6 +242,8 @@ def _analyze(
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)
+        # the bucket width follows the samples' span (a host batch gets its scope's)
+        overrides = rollup.with_width(overrides, opened.span_s)
         rollup.build(con, overrides.get("rollup"), tier=opened.tier is not None)
         if opened.tier is not None:
             say(
