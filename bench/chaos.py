@@ -183,6 +183,12 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
     written = counts.pop("written")
     unique = set(found)
     temp = [p.name for p in bucket.rglob(".*") if p.is_file()]
+    said = [
+        r["error"]
+        for f in (bucket / "collector_runs").rglob("[!.]*.parquet")
+        for r in pq.read_table(f).to_pylist()
+        if r["source"] == "logs" and r["error"]
+    ]
     return {
         "cycles": cycles,
         "kills": kills,
@@ -196,6 +202,8 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
         "parquet_files": files,
         "unreadable_files": bad,
         "temp_files_left_by_killed_runs": len(temp),
+        "runs_saying_lines_may_be_missing": len(said),
+        "what_they_said": said[:3],
         **counts,
     }
 

@@ -98,15 +98,15 @@ def _stamp(f: IO[bytes], size: int, offset: int) -> Cursor:
     return {"inode": os.fstat(f.fileno()).st_ino, "offset": offset, "fp": fp, "fp_len": n}
 
 
-def _matches(f: IO[bytes], size: int, cur: Cursor) -> bool:
-    """Does this file start with the bytes the cursor was taken on?"""
+def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor) -> bool:
+    """Does this file (or these first bytes of it) start as the cursor's file did?"""
     n = int(cur.get("fp_len", 0))
     if "fp" not in cur:
         return True  # a cursor from before fingerprints: trust the inode
     if size < n:
         return False
-    fp = hashlib.sha1(_head(f, n), usedforsecurity=False).hexdigest()[:16]
-    return bool(fp == cur["fp"])
+    head = f[:n] if isinstance(f, bytes) else _head(f, n)
+    return bool(hashlib.sha1(head, usedforsecurity=False).hexdigest()[:16] == cur["fp"])
 
 
 def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
@@ -141,6 +141,8 @@ class _Snap:
     rotated: list[_Gen]  # plain text, oldest first
     packed: list[str]  # compressed rotations: named, not read
     note: str | None = None
+    head: bytes = b""  # the live file's first bytes, consistent with the listing
+    size: int = 0
 
 
 def _listing(p: Path) -> dict[str, int]:
@@ -176,6 +178,11 @@ def _snapshot(path: str, stack: contextlib.ExitStack) -> _Snap:
                     error = f"{path}: {e.strerror or e}"
                 continue
             gens[name] = _Gen(name, f, os.fstat(f.fileno()))
+        cur = gens.get(p.name)
+        # the live file's first bytes and size, between the two listings: a copytruncate
+        # seen truncated here made its copy before, so the copy is in the set
+        head = _head(cur.f, FP_BYTES) if cur else b""
+        size = os.fstat(cur.f.fileno()).st_size if cur else 0
         try:
             after = _listing(p)
         except OSError:
@@ -198,7 +205,7 @@ def _snapshot(path: str, stack: contextlib.ExitStack) -> _Snap:
         packed = sorted(n for n in gens if n not in {g.name for g in text})
         text.sort(key=lambda g: _age_key(g.name, p.name))
         note = None if stable else f"{path}: rotated again while it was being read (5 tries)"
-        return _Snap(current, None if current else error, text, packed, note)
+        return _Snap(current, None if current else error, text, packed, note, head, size)
     raise AssertionError("unreachable")
 
 
@@ -318,6 +325,7 @@ def tail(
             res.cursor = cursor
             return res
         f, st = snap.current.f, snap.current.st
+        size = snap.size
         old: list[Cursor] = []
         if cursor:  # "prev": the one watched file of cursors saved before "watch"
             old = list(cursor.get("watch") or ([cursor["prev"]] if cursor.get("prev") else []))
@@ -327,8 +335,8 @@ def tail(
             same_inode = cursor.get("inode") == st.st_ino
             if (
                 same_inode
-                and int(cursor.get("offset", 0)) <= st.st_size
-                and _matches(f, st.st_size, cursor)
+                and int(cursor.get("offset", 0)) <= size
+                and _matches(snap.head, size, cursor)
             ):
                 start = int(cursor.get("offset", 0))
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
@@ -339,8 +347,16 @@ def tail(
                     res.cursor = at
                     return res
                 watch += read
+        kept = len(res.rows)
         pos, _ = rd.read(f, start)
-        res.cursor = _stamp(f, os.fstat(f.fileno()).st_size, pos)
+        if _head(f, len(snap.head)) != snap.head:  # truncated while read: what came is another
+            del res.rows[kept:]  # file's; the next run finds the copy of this one
+            pos = start
+            n = min(size, FP_BYTES)
+            fp = hashlib.sha1(snap.head[:n], usedforsecurity=False).hexdigest()[:16]
+            res.cursor = {"inode": st.st_ino, "offset": pos, "fp": fp, "fp_len": n}
+        else:
+            res.cursor = _stamp(f, os.fstat(f.fileno()).st_size, pos)
         if not res.cursor["fp_len"]:
             res.cursor["t"] = time.time()
         if watch:

@@ -59,16 +59,19 @@ def guarded(
     sources: list[Source], deadlines: list[float], stop: threading.Event
 ) -> list[tuple[Outcome, float]]:
     """Run the sources side by side; (outcome, seconds) each, by its deadline at the latest."""
-    boxes: list[dict[str, Outcome]] = [{} for _ in sources]
+    boxes: list[dict[str, Any]] = [{} for _ in sources]
     threads = []
     t0 = time.monotonic()
     for src, dl, box in zip(sources, deadlines, boxes, strict=True):
 
-        def work(src: Source = src, dl: float = dl, box: dict[str, Outcome] = box) -> None:
+        def work(src: Source = src, dl: float = dl, box: dict[str, Any] = box) -> None:
+            s0 = time.monotonic()
             try:
-                box["out"] = src.collect(dl)
+                out = src.collect(dl)
             except Exception as e:  # a source fails alone, whatever it raises
-                box["out"] = Outcome(errors=[f"{src.label}: {type(e).__name__}: {e}"])
+                out = Outcome(errors=[f"{src.label}: {type(e).__name__}: {e}"])
+            box["secs"] = time.monotonic() - s0
+            box["out"] = out
 
         t = threading.Thread(target=work, daemon=True, name=f"leakcollect-{src.kind}")
         t.start()
@@ -81,7 +84,7 @@ def guarded(
                 break
             t.join(min(left, 0.05))
         if "out" in box:
-            out.append((box["out"], time.monotonic() - t0))
+            out.append((box["out"], box["secs"]))
             continue
         src.cancel()
         why = "the run was stopped (SIGTERM)" if stop.is_set() else "no answer by its deadline"

@@ -278,3 +278,30 @@ def test_a_copy_read_while_copytruncate_was_writing_it_is_finished_next_run(tmp_
     _write(tmp_path / "server.log.1", g2[half:])  # the copy completes
     r3 = tail(str(log), r2.cursor, NOW, "h")
     assert _all([r3]) == [8, 9, 10]
+
+
+def test_a_copytruncate_in_the_middle_of_a_read_loses_nothing(tmp_path, monkeypatch) -> None:
+    """The rotation lands between the moment the files are listed and the read."""
+    from collector import logtail
+
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 2))
+    r1 = tail(str(log), None, NOW, "h")
+    _write(log, _lines(2, 4))
+    real = logtail._Reader.read
+    done = []
+
+    def rotate_then_read(self, f, start):  # type: ignore[no-untyped-def]
+        if not done:
+            done.append(1)
+            (tmp_path / "server.log.1").write_bytes(log.read_bytes())  # copytruncate, now
+            with open(log, "r+") as w:
+                w.truncate(0)
+            _write(log, _lines(4, 9))  # longer than the offset we are about to read from
+        return real(self, f, start)
+
+    monkeypatch.setattr(logtail._Reader, "read", rotate_then_read)
+    r2 = tail(str(log), r1.cursor, NOW, "h")
+    monkeypatch.undo()
+    r3 = tail(str(log), r2.cursor, NOW, "h")
+    assert _all([r1, r2, r3]) == list(range(9))
