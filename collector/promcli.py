@@ -96,8 +96,8 @@ def _headers(raw: tuple[str, ...]) -> dict[str, str]:
     "--points",
     default=400_000,
     show_default=True,
-    type=click.IntRange(1000),
-    help="Points per query (bounds memory).",
+    type=click.IntRange(10_000),
+    help="Points per chunk, all series of a host batch together (bounds memory).",
 )
 def prometheus(
     url: str,

@@ -331,7 +331,7 @@ def test_sample_limit(fleet: dict[str, Any], tmp_path: Path) -> None:
         assert len(_rows(split, "gpu_samples")) == n_full
     with promfleet.PromServer(fleet["spare"], tmp_path, max_samples=60) as tiny:
         part = tmp_path / "part"
-        r = _import(tiny.url, part, "--points", "1000", end=one_hour)
+        r = _import(tiny.url, part, "--points", "10000", end=one_hour)
         skipped = [ln for ln in r.stderr.splitlines() if ln.startswith("skipped: ")]
         assert skipped and all(
             "sample limit" in ln and "--query.max-samples" in ln for ln in skipped
