@@ -101,6 +101,17 @@ def table(res: dict[str, Any]) -> str:
         f"| — | {co['peak_rss_mb']:.0f} | ≈{res['collector']['cron_minute_core_share_pct']} % of a core "
         f"per cron minute; import {res['collector']['import_s']['ratio_to_floor']}× pyarrow's |"
     )
+    pr = res.get("prom", {})
+    if "import" in pr:
+        im = pr["import"]
+        rows.append(
+            f"| `leakcollect import prometheus` ({pr['hosts']} hosts, {pr['hours']:g} h at "
+            f"{pr['step_s']} s) | {im['samples']:,} samples | {im['seconds']:.3f} "
+            f"| {im['seconds'] / scan:.1f} | {im['peak_rss_mb']:.0f} | {im['samples_per_s']:,} "
+            f"samples/s; a scan of the bucket it wrote: {pr['local_scan']['rows_per_s']:,} rows/s |"
+        )
+    elif pr:
+        rows.append(f"| `leakcollect import prometheus` | — | — | — | — | {pr.get('skipped')} |")
     growth = ", ".join(
         f"{float(k):.0%}: {v}"
         for k, v in sorted(sc.get("growth_per_host", {}).items(), key=lambda kv: float(kv[0]))
@@ -220,13 +231,14 @@ def main(out_dir: str, tiny: bool) -> None:
         _run("collector_bench.py", str(out / "collector.json"), "5")
         _run("logparse_bench.py", str(out / "logparse.json"), "1024")
     _run("scale_bench.py", str(out / "scale.json"), *scale)
+    _run("prom_bench.py", str(out / "prom.json"), *(["4", "2"] if tiny else ["16", "24"]))
     tier_args = ["--tier-hosts", "2", "--days", "2", "--month-days", "3", "--runs", "1"]
     _run("scale_bench.py", str(out / "tier.json"), "--tier-only", *(tier_args if tiny else []))
     res: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "tiny": tiny,
     }
-    for name in ("collector", "logparse", "scale", "tier"):
+    for name in ("collector", "logparse", "scale", "tier", "prom"):
         res[name] = json.loads((out / f"{name}.json").read_text())
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "results.md").write_text(table(res))

@@ -409,3 +409,18 @@ def test_mapping_is_data_users_extend(fleet: dict[str, Any], tmp_path: Path) -> 
     assert rows and all(x["utilization_gpu_pct"] is None for x in rows)
     r = _import(fleet["url"], bucket, "--mapping", str(bad))
     assert r.returncode == 2 and "bad.toml" in r.stderr
+
+
+def test_prom_bench_runs(tmp_path: Path) -> None:
+    out = tmp_path / "prom.json"
+    subprocess.run(
+        [sys.executable, "bench/prom_bench.py", str(out), "2", "1"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    res = json.loads(out.read_text())
+    assert res["import"]["samples"] > 0 and res["import"]["peak_rss_mb"] > 0
+    # the first two scenarios: 2 + 1 GPUs, an hour at 10 s each
+    assert res["local_scan"]["rows"] == 3 * 360
