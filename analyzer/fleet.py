@@ -288,14 +288,32 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _oom_clock(end: str | None, hours: float | None) -> str | None:
+def _oom_clock(end: float | None, hours: float | None) -> str | None:
+    """The end of this GPU's data plus the hours left, as UTC clock time."""
     if end is None or hours is None:
         return None
-    t = dt.datetime.fromisoformat(end.replace("Z", "+00:00")) + dt.timedelta(hours=hours)
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
+    t = dt.datetime.fromtimestamp(end, dt.UTC) + dt.timedelta(hours=hours)
+    return t.strftime("%Y-%m-%dT%H:%MZ")
 
 
-def _verdict(host: str, gpu: int | None, idx: list[int], doc: FindingsDocument) -> GpuVerdict:
+def _epoch(ts: str | None) -> float | None:
+    return None if ts is None else dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def _data_ends(doc: FindingsDocument) -> dict[tuple[str, int | None], float | None]:
+    """Where each GPU's data ends (its own samples, else its host's, else the run's): a
+    forecast counts from there, not from the end of the fleet's data."""
+    run_end = _epoch(doc.run.data_end)
+    out: dict[tuple[str, int | None], float | None] = {
+        (h.host, None): _epoch(h.last_ts) or run_end for h in doc.hosts
+    }
+    out.update({(s.host, s.gpu): s.t[-1] for s in doc.series if s.t})
+    return out
+
+
+def _verdict(
+    host: str, gpu: int | None, idx: list[int], doc: FindingsDocument, end: float | None
+) -> GpuVerdict:
     fs = [doc.findings[i] for i in idx]
     cats = sorted({f.category for f in fs})
     label = next((v for c, v in VERDICTS if c in cats), "findings")
@@ -330,7 +348,7 @@ def _verdict(host: str, gpu: int | None, idx: list[int], doc: FindingsDocument) 
         conf = "high (engine check)"
     return GpuVerdict(
         host, gpu, label, severity, cats, rate, rate_rule, hours,
-        _oom_clock(doc.run.data_end, hours), oom_rule, conf, idx,
+        _oom_clock(end, hours), oom_rule, conf, idx,
     )  # fmt: skip
 
 
@@ -344,7 +362,12 @@ def gpu_verdicts(doc: FindingsDocument) -> list[GpuVerdict]:
     for i, f in enumerate(doc.findings):
         for g in _owner_gpu(f, sorted(gpus.get(f.host, []))):
             owned.setdefault((f.host, g), []).append(i)
-    out = [_verdict(h, g, idx, doc) for (h, g), idx in owned.items()]
+    ends = _data_ends(doc)
+    run_end = _epoch(doc.run.data_end)
+    out = [
+        _verdict(h, g, idx, doc, ends.get((h, g)) or ends.get((h, None)) or run_end)
+        for (h, g), idx in owned.items()
+    ]
     out.sort(key=verdict_order)
     return out
 

@@ -214,6 +214,10 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
                 else f"GPU {gs[0]}" + (f" ({ss[0].gpu_name})" if ss[0].gpu_name else "")
             )  # fmt: skip
             rate = lead.rate_mib_per_h if lead and lead.rate_rule != "HR001" else None
+            oom_t = None  # the table's forecast, from the end of the lead GPU's samples
+            if lead and lead.hours_to_oom is not None:
+                own = next((s for s in ss if s.gpu == lead.gpu and s.t), None)
+                oom_t = own.t[-1] + lead.hours_to_oom * 3600 if own else None
             spec = build_spec(
                 anchor_of[(host, gs[0])] + "-chart",
                 title,
@@ -222,6 +226,7 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
                 kv=kv.get(host),
                 alloc=[a for a in doc.alloc if a.host == host and (a.gpu is None or a.gpu in gs)],
                 rate_mib_per_h=rate,
+                oom_at=oom_t,
                 lead=lead.gpu if lead else None,
                 plot_w=charts.PW,
             )

@@ -91,9 +91,10 @@ def test_fleet_gold_and_hostile_text(sim_doc) -> None:
 
     hostile = copy.deepcopy(sim_doc)
     for h in hostile.hosts:
-        h.model = "<script>alert(1)</script>"
+        h.model = "<script>alert(1)</script>\x1b[31m"
     html = render_fleet(build("2026-W48", hostile))
     assert "<script" not in html and "&lt;script&gt;" in html
+    assert "\x1b" not in html and "&lt;/script&gt;\\x1b[31m" in html  # shown, not sent
     page = render_fleet(build("2026-W48", sim_doc), generated_at="2026-12-01T00:00:00Z")
     check_gold("fleet.html", page)
 

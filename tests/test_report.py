@@ -466,3 +466,30 @@ def test_soonest_in_the_same_order_on_both_pages(sim_doc) -> None:
     # an estimate beyond the forecast window is marked as one on both pages
     for (_h, _g, hours), r in zip(rows, soonest, strict=True):
         assert hours.startswith("≈") == r.oom_estimated
+
+
+def test_oom_clock_counts_from_the_gpus_own_data_end(sim_doc) -> None:
+    """Hosts end at different times: a forecast starts where its GPU's samples end, and the
+    chart's caption names the same clock time as the table."""
+    import datetime as dt
+
+    from analyzer.fleet import gpu_verdicts
+    from reports.model import build as build_model
+
+    ends = {(s.host, s.gpu): s.t[-1] for s in sim_doc.series}
+    assert len({round(t) for t in ends.values()}) > 1  # the fixture has hosts ending apart
+    model = build_model(sim_doc)
+    charts = {s.anchor: s.chart for s in model.sections}
+    rows = {(r.host, r.gpu): r for r in model.rows}
+    checked = 0
+    for v in gpu_verdicts(sim_doc):
+        if v.hours_to_oom is None or (v.host, v.gpu) not in ends:
+            continue
+        want = dt.datetime.fromtimestamp(ends[(v.host, v.gpu)] + v.hours_to_oom * 3600, dt.UTC)
+        assert v.oom_at == want.strftime("%Y-%m-%dT%H:%MZ")
+        row = rows[(v.host, str(v.gpu))]
+        chart = charts[row.anchor]
+        if chart is not None and "limit at" in chart.note:
+            assert want.strftime("%m-%d %H:%M UTC") in chart.note, (chart.note, row.oom_at)
+            checked += 1
+    assert checked >= 3
