@@ -92,7 +92,7 @@ class Fetch:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._cancelled:
-                    raise TimeoutError(f"timed out after {len(buf)} bytes of the body")
+                    raise TimeoutError(f"timed out after {len(buf)} bytes of body")
                 if conn.sock is not None:
                     conn.sock.settimeout(left)
                 chunk = resp.read1(READ)
