@@ -427,6 +427,7 @@ def test_sigterm_ends_a_run_in_under_two_seconds_and_loses_no_log_line(tmp_path,
     finally:
         if p.poll() is None:
             p.kill()
+    print(f"SIGTERM to exit: {took:.2f} s")
     assert took < 2.0, f"SIGTERM took {took:.2f} s"
     err = p.stderr.read() if p.stderr else ""
     assert "SIGTERM" in err, err
