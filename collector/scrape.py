@@ -86,7 +86,9 @@ class Fetch:
             out.status, out.reason = resp.status, resp.reason
             declared = resp.getheader("Content-Length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
-                out.error = f"response too large ({int(declared)} bytes declared, limit {max_bytes})"
+                out.error = (
+                    f"response too large ({int(declared)} bytes declared, limit {max_bytes})"
+                )
                 return out
             buf = bytearray()
             while True:
