@@ -91,12 +91,19 @@ class Config:
     @property
     def limit_s(self) -> float:
         """The longest this run may take, whatever its sources do."""
-        return run_limit(self.duration, self.interval, self.log_timeout + self.spool_timeout)
+        # the last (or only) sample: GPUs then /proc, the HTTP sources meanwhile
+        sample = max(
+            self.interval,
+            self.nvml_timeout + self.procfs_timeout,
+            self.metrics_timeout,
+            self.probe_timeout,
+        )
+        return run_limit(self.duration, sample, self.log_timeout + self.spool_timeout)
 
 
-def run_limit(duration: float, interval: float, end_phase: float = 30.0) -> float:
-    sample = max(interval, 10.0)  # the last (or only) sample's sources
-    return duration + sample + end_phase + WRITE_MARGIN_S
+def run_limit(duration: float, sample_s: float = 10.0, end_phase: float = 30.0) -> float:
+    """Sampling, the last sample's sources, the logs and spool, then writing."""
+    return duration + sample_s + end_phase + WRITE_MARGIN_S
 
 
 @dataclass
