@@ -1,6 +1,7 @@
 """Import throughput from a real Prometheus, beside a local scan of the same bucket.
 
 Usage: prom_bench.py OUT.json [HOSTS] [HOURS] [WORKDIR]  (a WORKDIR that holds a TSDB is reused)
+       prom_bench.py OUT.json --synthetic GPUS HOURS [WORKDIR]  (dcgm-exporter series alone, 15 s)
 
 A simulated fleet (the simulator's scenarios, round robin) is written natively,
 turned into dcgm-exporter and engine OpenMetrics, backfilled with promtool and
@@ -39,16 +40,27 @@ _CHILD = (
 )
 
 
-def main(hosts: int, hours: float, work: Path | None = None) -> dict[str, object]:
+def main(
+    hosts: int, hours: float, work: Path | None = None, synthetic_gpus: int = 0
+) -> dict[str, object]:
     from simulator.generate import DEFAULT_START, generate_host, plan_fleet
 
-    res: dict[str, object] = {"hosts": hosts, "hours": hours, "step_s": 10}
+    step = 15 if synthetic_gpus else 10
+    res: dict[str, object] = {"hosts": hosts, "hours": hours, "step_s": step}
+    if synthetic_gpus:
+        res |= {"synthetic_gpus": synthetic_gpus, "hosts": (synthetic_gpus + 7) // 8}
     if not promfleet.have_prometheus():
         res["skipped"] = "prometheus/promtool not installed (Debian package `prometheus`)"
         return res
     with tempfile.TemporaryDirectory(prefix="prom-bench-") as tmp:
         root = work or Path(tmp)
-        if not (root / "tsdb").exists():
+        if not (root / "tsdb").exists() and synthetic_gpus:
+            t = time.perf_counter()
+            with open(root / "fleet.om", "w", encoding="utf-8") as f:
+                res["samples_backfilled"] = promfleet.synthetic(f, synthetic_gpus, hours, step)
+            promfleet.backfill(root / "fleet.om", root / "tsdb")
+            res["backfill_s"] = round(time.perf_counter() - t, 2)
+        elif not (root / "tsdb").exists():
             t = time.perf_counter()
             plans = plan_fleet("all", hosts, 11)[:hosts]
             for p in plans:
@@ -62,11 +74,11 @@ def main(hosts: int, hours: float, work: Path | None = None) -> dict[str, object
             promfleet.backfill(root / "fleet.om", root / "tsdb")
             res["backfill_s"] = round(time.perf_counter() - t, 2)
         shutil.rmtree(root / "imported", ignore_errors=True)
-        end = DEFAULT_START.timestamp() + hours * 3600 - 10
+        end = DEFAULT_START.timestamp() + hours * 3600 - step
         with promfleet.PromServer(root / "tsdb", root) as server:
             args = ["--url", server.url, "--start", DEFAULT_START.isoformat()]
             args += ["--end", dt.datetime.fromtimestamp(end, dt.UTC).isoformat()]
-            args += ["--step", "10s", "--bucket", str(root / "imported")]
+            args += ["--step", f"{step}s", "--bucket", str(root / "imported")]
             t = time.perf_counter()
             r = subprocess.run(
                 [sys.executable, "-c", _CHILD, *args],
@@ -106,9 +118,14 @@ def main(hosts: int, hours: float, work: Path | None = None) -> dict[str, object
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    hosts = int(sys.argv[2]) if len(sys.argv) > 2 else 16
-    hours = float(sys.argv[3]) if len(sys.argv) > 3 else 24.0
-    result = main(hosts, hours, Path(sys.argv[4]) if len(sys.argv) > 4 else None)
+    argv = sys.argv[1:]
+    synth = 0
+    if "--synthetic" in argv:  # OUT.json --synthetic GPUS HOURS [WORKDIR]
+        argv.remove("--synthetic")
+        synth = int(argv[1])
+    out = Path(argv[0])
+    hosts = int(argv[1]) if len(argv) > 1 else 16
+    hours = float(argv[2]) if len(argv) > 2 else 24.0
+    result = main(hosts, hours, Path(argv[3]) if len(argv) > 3 else None, synth)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -56,6 +56,7 @@ class Stats:
     hosts: int = 0
     samples: int = 0  # points read from Prometheus
     rows: dict[str, int] = field(default_factory=dict)
+    per_host: dict[str, int] = field(default_factory=dict)
     files: int = 0
     # (metric, host label, values) -> the windows given up at the server's sample limit
     gaps: dict[tuple[str, str, tuple[str, ...]], list[tuple[float, float]]] = field(
@@ -78,8 +79,9 @@ class Stats:
 
     seconds: float = 0.0
 
-    def add(self, table: str, n: int) -> None:
+    def add(self, host: str, table: str, n: int) -> None:
         self.rows[table] = self.rows.get(table, 0) + n
+        self.per_host[host] = self.per_host.get(host, 0) + n
 
 
 def _matchers(match: str) -> str:
@@ -346,18 +348,23 @@ def run_import(
                 gt = chunk.table(host, step)
                 if gt.num_rows:
                     stats.files += len(w.write("gpu_samples", gt))
-                    stats.add("gpu_samples", gt.num_rows)
+                    stats.add(host, "gpu_samples", gt.num_rows)
                 erows = engine_rows.get(host)
                 if erows:
                     mt = _metric_table(erows, source)
                     stats.files += len(w.write("metric_samples", mt))
-                    stats.add("metric_samples", mt.num_rows)
+                    stats.add(host, "metric_samples", mt.num_rows)
             say(
                 f"[batch {b}/{len(batches)}] {_iso(t0)[:16]} .. {_iso(t1)[:16]}: "
                 f"{stats.samples:,} samples read, {time.perf_counter() - t_begin:.0f}s"
             )
             t0 = t1 + step
     now = dt.datetime.now(dt.UTC)
+    owner = {(x.metric, x.by, x.value): x.host for x in plan.series}
+    lost: dict[str, list[str]] = {}
+    for (metric, by, vals), line in zip(sorted(stats.gaps), stats.skipped, strict=True):
+        for h in {owner.get((metric, by, v)) for v in vals}:
+            lost.setdefault(str(h), []).append(line)
     for host in hosts:
         BucketWriter(bucket, host).write(
             "collector_runs",
@@ -366,9 +373,9 @@ def run_import(
                     "ts": dt.datetime.fromtimestamp(opts.start, dt.UTC),
                     "run_id": f"import-{now:%Y%m%dT%H%M%SZ}",
                     "source": source,
-                    "status": "failed" if stats.skipped else "ok",
-                    "rows": None,
-                    "error": "; ".join(stats.skipped)[:2000] or None,
+                    "status": "failed" if host in lost else "ok",
+                    "rows": stats.per_host.get(host, 0),
+                    "error": "; ".join(lost.get(host, []))[:2000] or None,
                     "duration_s": time.perf_counter() - t_begin,
                     "finished": now,
                 }

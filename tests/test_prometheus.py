@@ -340,9 +340,9 @@ def test_sample_limit(fleet: dict[str, Any], tmp_path: Path) -> None:
         assert r.returncode == (1 if wrote else 2), r.stderr
         if wrote:
             runs = _rows(part, "collector_runs")
-            assert runs and all(
-                x["status"] == "failed" and "sample limit" in x["error"] for x in runs
-            )
+            failed = [x for x in runs if x["status"] == "failed"]
+            assert failed and all("sample limit" in x["error"] for x in failed)
+            assert all(x["error"] is None for x in runs if x["status"] == "ok")
 
 
 class _Odd(http.server.BaseHTTPRequestHandler):
