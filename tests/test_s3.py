@@ -235,3 +235,34 @@ def test_dask_over_s3_matches_local(s3, tmp_path) -> None:
     finally:
         closer.close()
     assert remote.findings and _comparable(remote) == _comparable(local)
+
+
+def test_tier_hosts_and_bad_objects_on_s3(s3, tmp_path) -> None:
+    """The layout on S3: hosts that differ only by an accent stay two hosts, an object
+    that is not a trace is named and left out, and the rollup tier gives the same answer."""
+    from analyzer import tier
+    from collector.store import s3_filesystem
+    from collector.writer import BucketWriter
+
+    bucket = "s3://leaktraces/layout"
+    simulate("fast-image-processor-leak", bucket, hosts=1, hours=30, seed=3)
+    t0 = dt.datetime(2026, 11, 23, 1, tzinfo=dt.UTC)
+    for host in ("gpu-nodé-1", "gpu-nodè-1"):
+        rows = [{"ts": t0, "host": host, "gpu_index": 0, "memory_used_bytes": 1}]
+        BucketWriter(bucket, host).write("gpu_samples", rows)
+    packs = load_packs()
+    before = analyze(bucket, packs, now=NOW)
+    hosts = {h.host for h in before.hosts}
+    assert {"gpu-nodé-1", "gpu-nodè-1"} <= hosts
+    key = "leaktraces/layout/gpu_samples/date=2026-11-23/host=x/gpu_samples-junk.parquet"
+    with s3_filesystem().open_output_stream(key) as f:
+        f.write(b"not parquet")
+    bad = analyze(bucket, packs, now=NOW)
+    (line,) = bad.run.incomplete
+    assert f"s3://{key}: unreadable Parquet" in line
+    assert [(f.rule_id, f.host, f.summary) for f in bad.findings] == [
+        (f.rule_id, f.host, f.summary) for f in before.findings
+    ]
+    res = tier.build(bucket, before=dt.date(2026, 11, 24))
+    assert res.built == 3 and res.skipped and "gpu_samples-junk" in res.skipped[0]
+    assert _comparable(analyze(bucket, packs, now=NOW)) == _comparable(bad)
