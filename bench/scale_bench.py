@@ -101,6 +101,9 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
                 closer.close()
         else:
             said: list[str] = []
+            import datetime as dt
+
+            now = dt.datetime.fromisoformat(opts["now"]) if opts.get("now") else None
             doc = analyze_local(
                 bucket,
                 load_packs(),
@@ -108,6 +111,7 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
                 memory_limit=opts.get("memory_limit"),
                 batch_hosts=int(opts["batch_hosts"]),
                 progress=said.append,
+                now=now,  # the analysis as of the trace's end (a generated month can end later than today)
             )
             out["tier"] = [x for x in said if x.startswith("rollup tier")]
         truth = json.loads((Path(opts["local_bucket"] or bucket) / "truth.json").read_text())
@@ -180,7 +184,8 @@ def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dic
     hosts = json.loads((bucket / "truth.json").read_text())["hosts"]
     days = sorted(p.name[5:] for p in (bucket / "gpu_samples").glob("date=*"))
     last = dt.date.fromisoformat(days[-1])
-    o = {**opts, "local_bucket": str(bucket)}
+    nxt = str(last + dt.timedelta(days=1))
+    o = {**opts, "local_bucket": str(bucket), "now": f"{nxt}T00:00:00+00:00"}
     docs = {k: f"{tmp}/{bucket.name}-{k}.json" for k in ("cold", "warm", "full")}
     print(f"tier section on {bucket.name}", file=sys.stderr)
     res: dict[str, Any] = {"hosts": hosts, "days": len(days)}
@@ -189,7 +194,6 @@ def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dic
     res["rollup_finished"] = measure("rollup", str(copy), hosts, 1, {**o, "before": str(last)})
     res["warm"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
     res["fleet_report"] = measure("fleet", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
-    nxt = str(last + dt.timedelta(days=1))
     res["rollup_last_day"] = measure("rollup", str(copy), hosts, 1, {**o, "before": nxt})
     res["full"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["full"]})
 
