@@ -202,7 +202,7 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
         "parquet_files": files,
         "unreadable_files": bad,
         "temp_files_left_by_killed_runs": len(temp),
-        "runs_saying_lines_may_be_missing": len(said),
+        "runs_with_a_log_error": len(said),
         "what_they_said": said[:3],
         **counts,
     }
