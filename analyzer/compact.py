@@ -41,6 +41,7 @@ class Result:
     files_after: int = 0
     rows: int = 0
     skipped: list[str] = field(default_factory=list)  # "file: reason", left as they are
+    temp_removed: int = 0  # temporary files left by writers killed mid-write
 
     def add(
         self, where: str, counts: tuple[int, int, int], progress: Callable[[str], None] | None
@@ -119,6 +120,33 @@ def compact_group(
     return len(entries), 1 + len(bad), got
 
 
+STALE_TEMP_S = 3600
+
+
+def remove_stale_temp(root: str, before: dt.date) -> int:
+    """Delete ``.tmp-*`` files (a writer killed between writing and renaming) an hour
+    old or more in the finished day folders of a local bucket; how many went."""
+    import time
+
+    gone = 0
+    cutoff = time.time() - STALE_TEMP_S
+    for name in TABLES:
+        for date_dir in Path(root, name).glob("date=*"):
+            try:
+                if dt.date.fromisoformat(date_dir.name[5:]) >= before:
+                    continue
+            except ValueError:
+                continue
+            for f in date_dir.glob(f"host=*/{layout.TMP_PREFIX}*"):
+                try:
+                    if f.is_file() and f.stat().st_mtime < cutoff:
+                        f.unlink()
+                        gone += 1
+                except OSError:
+                    continue  # gone already, or not ours to delete: leave it
+    return gone
+
+
 def compact(
     bucket: str | os.PathLike[str],
     before: dt.date | None = None,
@@ -138,6 +166,8 @@ def compact(
         todo = groups(root, before, fs)
     except OSError as e:
         raise CompactError(f"{bucket}: cannot list the bucket: {e}") from e
+    if fs is None:
+        res.temp_removed = remove_stale_temp(root, before)
     for (name, day, host_dir), entries in sorted(todo.items()):
         counts = compact_group(str(bucket), name, day, host_dir, entries, fs, res.skipped)
         res.add(f"{name}/{day}/host={host_dir}", counts, progress)

@@ -41,6 +41,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
     click.echo(
         f"{res.folders} folders: {res.files_before} files -> {res.files_after} "
         f"({res.rows} rows rewritten)"
+        + (f"; {res.temp_removed} stale temporary files removed" if res.temp_removed else "")
     )
     for line in res.skipped:
         err(f"leakreport: incomplete: left as it is: {line}")

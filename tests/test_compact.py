@@ -95,3 +95,17 @@ def test_today_is_left_alone(tmp_path) -> None:
     n = len(list(tmp_path.rglob("*.parquet")))
     compact_mod.compact(tmp_path)
     assert len(list(tmp_path.rglob("*.parquet"))) == n
+
+
+def test_stale_temporary_files_are_removed(tmp_path) -> None:
+    import os
+    import time
+
+    simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=2)
+    folder = next((tmp_path / "gpu_samples").glob("date=*/host=*"))
+    old, fresh = folder / ".tmp-old.parquet", folder / ".tmp-fresh.parquet"
+    old.write_bytes(b"half a file")
+    fresh.write_bytes(b"being written")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    res = compact_mod.compact(tmp_path, dt.date(2030, 1, 1))
+    assert res.temp_removed == 1 and not old.exists() and fresh.exists()
