@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -116,8 +117,11 @@ class Page:
     def _read(self) -> dict[str, Any]:
         deadline = time.monotonic() + self.timeout
         while b"\0" not in self._buf:
-            if time.monotonic() > deadline:
-                raise TimeoutError("Chromium did not answer over the DevTools pipe")
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                raise TimeoutError(
+                    f"Chromium did not answer over the DevTools pipe in {self.timeout} s"
+                )
             chunk = os.read(self._r, 1 << 16)
             if not chunk:
                 raise ConnectionError("Chromium closed the DevTools pipe")
