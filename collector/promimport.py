@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from collector import promruns
 from collector.promapi import MAX_POINTS_PER_SERIES, PromClient, PromError
 from collector.promplan import GpuId, Mapping, Plan, Series, make_plan
 
@@ -310,10 +311,13 @@ def run_import(
             f"between {_iso(opts.start)} and {_iso(opts.end)}",
         )
     hosts = plan.hosts()
+    source = f"{SOURCE}:{client.url}"
+    clash = promruns.overlapping(bucket, source, set(hosts), opts.start, opts.end)
+    if clash:
+        raise PromError("overlap", clash)
     stats.hosts = len(hosts)
     born: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     fetcher = _Fetcher(client, opts, stats, say)
-    source = f"{SOURCE}:{client.url}"
     batches = plan.batches(opts.max_series)
     say(f"{len(plan.series)} series on {len(hosts)} hosts in {len(batches)} batches")
     for b, batch in enumerate(batches, 1):
@@ -371,7 +375,7 @@ def run_import(
             [
                 {
                     "ts": dt.datetime.fromtimestamp(opts.start, dt.UTC),
-                    "run_id": f"import-{now:%Y%m%dT%H%M%SZ}",
+                    "run_id": promruns.run_id(opts.start, opts.end, now),
                     "source": source,
                     "status": "failed" if host in lost else "ok",
                     "rows": stats.per_host.get(host, 0),

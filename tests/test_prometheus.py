@@ -424,3 +424,24 @@ def test_prom_bench_runs(tmp_path: Path) -> None:
     assert res["import"]["samples"] > 0 and res["import"]["peak_rss_mb"] > 0
     # the first two scenarios: 2 + 1 GPUs, an hour at 10 s each
     assert res["local_scan"]["rows"] == 3 * 360
+
+
+def test_an_overlapping_window_is_not_imported_twice(fleet: dict[str, Any], tmp_path: Path) -> None:
+    b = tmp_path / "b"
+    first = _import(fleet["url"], b, start="2026-11-23T01:00:00Z", end="2026-11-23T02:00:00Z")
+    assert first.returncode == 0, first.stderr
+    n = len(_rows(b, "gpu_samples"))
+    later = _import(fleet["url"], b, start="2026-11-23T02:00:10Z", end="2026-11-23T03:00:00Z")
+    assert later.returncode == 0, later.stderr
+    again = _import(fleet["url"], b, start="2026-11-23T00:30:00Z", end="2026-11-23T01:30:00Z")
+    assert again.returncode == 2
+    assert again.stderr.strip().count("\n") == 0 and "already holds" in again.stderr
+    assert "2026-11-23T01:00:00Z .. 2026-11-23T02:00:00Z" in again.stderr
+    rows = _rows(b, "gpu_samples")
+    gpus = n // 361  # 01:00:00 .. 02:00:00 holds 361 steps, 02:00:10 .. 03:00:00 360
+    assert len(rows) == n + gpus * 360  # the two hours, each once
+    assert len({(r["host"], r["gpu_index"], r["ts"]) for r in rows}) == len(rows)
+    # other hosts of the same window are still welcome in a bucket that lacks them
+    other = tmp_path / "other"
+    assert _import(fleet["url"], other, "--host", "cache-warmup-00").returncode == 0
+    assert _import(fleet["url"], other, "--host", "healthy-static-00").returncode == 0
