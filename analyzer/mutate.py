@@ -36,6 +36,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
+
 from analyzer.packs import _FRONT, Pack, Rule
 from analyzer.ruletest import Case, CaseBucket, check_result, collect_cases
 
@@ -288,7 +290,12 @@ def check_rule(
         res.problems.append("no test cases: every mutant survives")
     for case in cases:
         alive = [m for m in res.mutants if m.status == "survived"]
-        with CaseBucket(case) as cb:
+        try:
+            cb = CaseBucket(case).__enter__()
+        except (ValueError, TypeError, KeyError, RuntimeError, duckdb.Error) as e:
+            res.problems.append(f"case {case.id}: its data cannot be loaded: {e}")
+            continue
+        try:
             base = check_result(case, *cb.run(rule, timeout_s))
             if base:
                 res.problems.append(f"case {case.id} fails on the rule as written: {base[0]}")
@@ -299,6 +306,8 @@ def check_rule(
                 if problems:
                     m.status = "killed-by-error" if status == "errored" else "killed"
                     m.killed_by = f"{case.id}: {problems[0]}"
+        finally:
+            cb.__exit__(None, None, None)
     try:
         listed = equivalents(rule)
     except (ValueError, tomllib.TOMLDecodeError) as e:
