@@ -4,6 +4,12 @@ Test cases are data: ``tests/<RULE>.toml`` in a pack, each ``[[case]]`` with
 trace rows (literal ``[[case.rows.<table>]]`` and/or generated ``[[case.gpu]]``
 load/idle cycles) and the findings it expects. The same cases run under
 pytest (``pytest_generate_tests``) and ``leakreport rules test``.
+
+A case passes only when its rule ran (fired or clean): a rule skipped for a
+missing table, or one that errored, fails the case unless the case says
+``expect_status = "skipped"`` (or ``"errored"``). ``[[case.expect]]`` keys are
+finding fields or evidence columns (exact), ``min``/``max`` tables of evidence
+bounds, and ``summary_contains``. ``params`` overrides the rule's parameters.
 """
 
 from __future__ import annotations
