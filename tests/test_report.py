@@ -378,6 +378,19 @@ def test_host_report_in_a_real_browser(sim_doc, tmp_path) -> None:
             "(() => { const s = leakreport.charts[0].plot.scales.x; return [s.min, s.max]; })()"
         )
         assert reset == pytest.approx(full)
+        before = p.eval("leakreport.charts[0].plot.width")
+        p.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=1000,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        for _ in range(30):
+            if p.eval("leakreport.charts[0].plot.width") < before:
+                break
+            time.sleep(0.1)
+        assert p.eval("leakreport.charts[0].plot.width") < before  # the chart follows the window
         assert p.errors() == []
         assert p.requests() == [page.resolve().as_uri()]
     assert load_s < 5

@@ -128,6 +128,16 @@
   }
 
   function initAll() { document.querySelectorAll("figure.chart").forEach(make); }
+  var resizing = 0;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizing);
+    resizing = setTimeout(function () {
+      charts.forEach(function (c) {
+        var fig = document.getElementById(c.id);
+        if (fig) c.plot.setSize({ width: Math.max(fig.clientWidth, 320), height: 300 });
+      });
+    }, 150);
+  });
   window.leakreport = { charts: charts, initAll: initAll };
   function start() {
     var figs = document.querySelectorAll("figure.chart");
