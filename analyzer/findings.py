@@ -203,11 +203,15 @@ class FindingsDocument:
         floor = severity_rank(severity)
         return sum(1 for f in self.findings if severity_rank(f.severity) >= floor)
 
+    def has_data(self) -> bool:
+        """Whether any trace file was in scope (a host with logs only counts)."""
+        return bool(self.hosts) or any(n for n in self.run.tables.values())
+
     def incomplete_reasons(self) -> list[str]:
         """Why this analysis did not check everything in scope (empty: it did)."""
         reasons = list(self.run.incomplete)
-        if not self.hosts and not any("no data" in r for r in reasons):
-            reasons.append("no data in scope: no host has trace files in it")
+        if not self.has_data() and not any("no data" in r for r in reasons):
+            reasons.append("no data in scope: no trace files in it")
         for r in self.run.rules:
             if r.status == "errored":
                 reasons.append(f"rule {r.rule_id} errored: {r.reason}")

@@ -40,7 +40,7 @@ def table(doc: Any) -> str:
             )
     counts = {s: sum(1 for r in doc.run.rules if r.status == s) for s in ("fired", "clean")}
     counts |= {s: sum(1 for r in doc.run.rules if r.status == s) for s in ("skipped", "errored")}
-    if not doc.hosts:  # the incomplete reason says which filter emptied the scope
+    if not doc.has_data():  # the incomplete reason says which filter emptied the scope
         return "\n".join(lines) + "\n"
     lines.append("rules: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     for r in doc.run.rules:

@@ -367,7 +367,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
         die(str(e))
     finally:
         say.close()
-    if not doc.hosts:
+    if not doc.has_data():
         doc.run.incomplete.append(explain_empty(bucket, opts))
     doc.run.incomplete = doc.incomplete_reasons()
     return doc
