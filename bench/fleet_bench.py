@@ -77,8 +77,9 @@ def main(out: str, gpus: int = 100, hours: float = 2.0, fleet_gpus: int = 1000) 
     from analyzer import fleet
     from analyzer.packs import load_packs
     from analyzer.runner import analyze
-    from reports.fleet import write_fleet
-    from reports.render import write_report
+    from collector.atomic import write_atomic
+    from reports.fleet import render_fleet
+    from reports.render import render_report
     from simulator.generate import simulate
     from simulator.scenarios import SCENARIOS
 
@@ -100,7 +101,7 @@ def main(out: str, gpus: int = 100, hours: float = 2.0, fleet_gpus: int = 1000) 
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "report.html"
         t0 = time.perf_counter()
-        write_report(doc, page)
+        write_atomic(page, render_report(doc))
         res["host_report_render_s"] = round(time.perf_counter() - t0, 3)
         res["host_report_mb"] = round(page.stat().st_size / 2**20, 3)
         open_in_chromium(page, res, "host_report")
@@ -112,7 +113,7 @@ def main(out: str, gpus: int = 100, hours: float = 2.0, fleet_gpus: int = 1000) 
         fpage = Path(tmp) / "fleet.html"
         t0 = time.perf_counter()
         view = fleet.build("2026-W48", big)
-        write_fleet(view, fpage)
+        write_atomic(fpage, render_fleet(view))
         res["fleet_render_s"] = round(time.perf_counter() - t0, 3)
         res["fleet_html_mb"] = round(fpage.stat().st_size / 2**20, 3)
         open_in_chromium(fpage, res, "fleet")

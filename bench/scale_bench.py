@@ -138,11 +138,14 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
     elif kind == "fleet":
         from analyzer import fleet
         from analyzer.findings import FindingsDocument
-        from reports.fleet import write_fleet
+        from collector.atomic import write_atomic
+        from reports.fleet import render_fleet
 
         doc = FindingsDocument.from_json(Path(opts["doc_out"]).read_text())
         t0 = time.perf_counter()
-        page = write_fleet(fleet.build("2026-W48", doc), Path(opts["doc_out"]).with_suffix(".html"))
+        page = write_atomic(
+            Path(opts["doc_out"]).with_suffix(".html"), render_fleet(fleet.build("2026-W48", doc))
+        )
         out["html_kb"] = round(page.stat().st_size / 1024, 1)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out["rss_mb"] = _rss_mb()

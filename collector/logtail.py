@@ -2,7 +2,7 @@
 
 The cursor keeps, per log path, the inode, the offset after the last complete
 line, and a fingerprint (a hash of the file's first bytes, up to 4 KiB). It is
-saved only after the run's files are written (temp file + ``os.replace``), so
+saved only after the run's files are written (``collector.atomic``), so
 a crash loses at most the run in flight and never skips lines.
 
 Nothing written to a log is lost to a rotation:
@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from collector import logsig
+from collector.atomic import write_atomic
 
 MAX_LINE = logsig.MAX_LINE_BYTES
 CHUNK = 1 << 20
@@ -82,10 +83,7 @@ def load_cursors(state: Path) -> dict[str, Cursor]:
 
 
 def save_cursors(state: Path, cursors: dict[str, Cursor]) -> None:
-    state.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state.with_name(f".{state.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cursors, sort_keys=True))
-    os.replace(tmp, state)
+    write_atomic(state, json.dumps(cursors, sort_keys=True))
 
 
 def _head(f: IO[bytes], n: int) -> bytes:

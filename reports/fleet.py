@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from analyzer.fleet import Cohort, FleetView, GpuRank
 from reports.render import _env, assets
@@ -89,12 +87,3 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> s
             rate=_rate,
         )
     )
-
-
-def write_fleet(view: FleetView, path: str | os.PathLike[str], *, generated_at: str = "") -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_fleet(view, generated_at=generated_at), encoding="utf-8")
-    os.replace(tmp, out)
-    return out

@@ -6,7 +6,6 @@ the chart script inline, so it opens from disk or a mail attachment without netw
 
 from __future__ import annotations
 
-import os
 import re
 from functools import cache
 from pathlib import Path
@@ -75,14 +74,3 @@ def render_report(doc: FindingsDocument, *, generated_at: str | None = None) -> 
     """The report as one HTML string: CSS, charts and scripts inline, no external resources."""
     m = model.build(doc, generated_at)
     return _env().get_template("report.html.j2").render(m=m, **assets())
-
-
-def write_report(
-    doc: FindingsDocument, path: str | os.PathLike[str], *, generated_at: str | None = None
-) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_report(doc, generated_at=generated_at), encoding="utf-8")
-    os.replace(tmp, out)
-    return out

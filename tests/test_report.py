@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, HostInfo, RunInfo
+from collector.atomic import write_atomic
 from reports import browser
-from reports.render import render_report, write_report
+from reports.render import render_report
 
 FIXED = "2026-12-01T00:00:00Z"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -339,7 +340,7 @@ def test_host_report_in_a_real_browser(sim_doc, tmp_path) -> None:
     the first screen (from DOM positions), hover values, drag-zoom and double-click reset."""
     import time
 
-    page = write_report(sim_doc, tmp_path / "report.html", generated_at=FIXED)
+    page = write_atomic(tmp_path / "report.html", render_report(sim_doc, generated_at=FIXED))
     with browser.Page(1400, 900) as p:
         load_s = p.open(page)
         first = p.eval(FIRST_SCREEN)
@@ -398,7 +399,7 @@ def test_host_report_in_a_real_browser(sim_doc, tmp_path) -> None:
 
 @needs_chromium
 def test_host_report_reads_with_javascript_off(sim_doc, tmp_path) -> None:
-    page = write_report(sim_doc, tmp_path / "report.html", generated_at=FIXED)
+    page = write_atomic(tmp_path / "report.html", render_report(sim_doc, generated_at=FIXED))
     with browser.Page(1400, 900, javascript=False) as p:
         p.open(page)
         # lay out every section (off-screen ones are skipped until scrolled to) before measuring
@@ -420,10 +421,10 @@ def test_host_report_reads_with_javascript_off(sim_doc, tmp_path) -> None:
 @needs_chromium
 def test_fleet_report_in_a_real_browser(sim_doc, tmp_path) -> None:
     from analyzer.fleet import build
-    from reports.fleet import write_fleet
+    from reports.fleet import render_fleet
 
     view = build("2026-W48", sim_doc)
-    page = write_fleet(view, tmp_path / "fleet.html")
+    page = write_atomic(tmp_path / "fleet.html", render_fleet(view))
     with browser.Page(1400, 900) as p:
         p.open(page)
         top = p.eval("document.getElementById('soonest-table').getBoundingClientRect().top")
