@@ -1,0 +1,87 @@
+"""collector/logtail.py rows in detail: every field of a kept line, the counters,
+carriage returns, bad bytes, line-length limits, and the saved cursor file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+
+from collector.logtail import MAX_LINE, load_cursors, save_cursors, tail
+
+NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+BATCH = "[2025-11-11 04:28:30] Decode batch, #running-req: {n}, #token: 1, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
+
+
+def test_rows_carry_every_field(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    lines = [
+        BATCH.format(n=1).encode() + b"\r\n",  # CRLF: the \r goes
+        b"INFO: 127.0.0.1 - GET /health 200\n",  # not a signature: counted, not kept
+        b"\r" + BATCH.format(n=2).encode() + b" \xff\n",  # a leading \r stays; bad bytes replaced
+    ]
+    log.write_bytes(b"".join(lines))
+    res = tail(str(log), None, NOW, "node-1")
+    assert res.lines == 3 and res.unmatched == 1 and len(res.rows) == 2
+    first, second = res.rows
+    assert first["ts"] == NOW and first["host"] == "node-1" and first["file"] == str(log)
+    assert first["inode"] == log.stat().st_ino and first["offset"] == 0
+    assert first["text"] == BATCH.format(n=1) and first["signature"] == "batch_stats"
+    assert first["truncated"] is False
+    assert second["offset"] == len(lines[0]) + len(lines[1])
+    assert second["text"].startswith("\r[2025") and second["text"].endswith(" \ufffd")
+    # line_id: a hash of the file's first line, the offset and the raw line, 24 hex digits
+    fid = hashlib.sha1(lines[0], usedforsecurity=False).digest()
+    want = hashlib.sha1(fid, usedforsecurity=False)
+    want.update((0).to_bytes(8, "little"))
+    want.update(lines[0][:-1])
+    assert first["line_id"] == want.hexdigest()[:24] and len(second["line_id"]) == 24
+    assert first["line_id"] != second["line_id"]
+
+
+def test_line_length_limits(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    exact = BATCH.format(n=1) + "x" * (MAX_LINE - len(BATCH.format(n=1)))
+    long = BATCH.format(n=2) + "y" * MAX_LINE
+    log.write_text(exact + "\n" + long + "\n")
+    res = tail(str(log), None, NOW, "h")
+    assert [len(r["text"]) for r in res.rows] == [MAX_LINE, MAX_LINE]
+    assert [r["truncated"] for r in res.rows] == [False, True]
+    # a runaway line with no newline is cut after 4 x MAX_LINE, then reading goes on
+    run = tmp_path / "runaway.log"
+    run.write_bytes(
+        BATCH.format(n=3).encode()
+        + b"z" * (MAX_LINE * 4)
+        + b"\n"
+        + BATCH.format(n=4).encode()
+        + b"\n"
+    )
+    res = tail(str(run), None, NOW, "h")
+    assert [r["truncated"] for r in res.rows][0] is True
+    assert res.rows[-1]["text"] == BATCH.format(n=4)
+    assert res.rows[-1]["offset"] == len(BATCH.format(n=3)) + MAX_LINE * 4 + 1
+
+
+def test_cursor_file_is_sorted_json_in_a_new_folder(tmp_path) -> None:
+    state = tmp_path / "a" / "b" / "cursors.json"
+    save_cursors(state, {"z.log": {"offset": 1, "inode": 2}, "a.log": {"offset": 3}})
+    text = state.read_text()
+    assert text == json.dumps({"a.log": {"offset": 3}, "z.log": {"inode": 2, "offset": 1}})
+    assert load_cursors(state) == {"a.log": {"offset": 3}, "z.log": {"offset": 1, "inode": 2}}
+    assert not [p for p in state.parent.iterdir() if p.name != "cursors.json"]
+    state.write_text("{not json")
+    assert load_cursors(state) == {}
+    assert load_cursors(tmp_path / "missing.json") == {}
+
+
+def test_cursor_fields_resume_at_the_offset(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(BATCH.format(n=1) + "\n" + BATCH.format(n=2) + "\n")
+    res = tail(str(log), None, NOW, "h")
+    cur = res.cursor
+    assert cur is not None and cur["inode"] == log.stat().st_ino
+    assert cur["offset"] == log.stat().st_size and cur["fp_len"] > 0 and len(cur["fp"]) == 16
+    with log.open("a") as f:
+        f.write(BATCH.format(n=3) + "\n")
+    again = tail(str(log), cur, NOW, "h")
+    assert [r["offset"] for r in again.rows] == [cur["offset"]]
