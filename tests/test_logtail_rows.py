@@ -85,3 +85,36 @@ def test_cursor_fields_resume_at_the_offset(tmp_path) -> None:
         f.write(BATCH.format(n=3) + "\n")
     again = tail(str(log), cur, NOW, "h")
     assert [r["offset"] for r in again.rows] == [cur["offset"]]
+
+
+def test_notes_say_which_lines_may_be_missing(tmp_path) -> None:
+    import gzip
+    import os
+
+    log = tmp_path / "server.log"
+    log.write_text(BATCH.format(n=1) + "\n")
+    first = tail(str(log), None, NOW, "h")
+    old_inode, offset = log.stat().st_ino, first.cursor["offset"]
+    # rotated and compressed at once: the old file cannot be read
+    with gzip.open(tmp_path / "server.log.1.gz", "wb") as z:
+        z.write(log.read_bytes() + (BATCH.format(n=2) + "\n").encode())
+    (tmp_path / "moved").mkdir()
+    os.rename(log, tmp_path / "moved" / "kept")  # out of sight, its inode still taken
+    log.write_text(BATCH.format(n=3) + "\n")
+    res = tail(str(log), first.cursor, NOW, "h")
+    assert [r["text"] for r in res.rows] == [BATCH.format(n=3)]
+    assert res.notes == [
+        f"{log} was rotated and its old file (inode {old_inode}) is not among the rotated "
+        f"names (compressed, not read: server.log.1.gz): lines written after offset {offset} "
+        "may be missing"
+    ]
+    # truncated in place with no copy anywhere
+    cur = res.cursor
+    log.write_text(BATCH.format(n=4) + "\n")  # same inode, new first bytes
+    res = tail(str(log), cur, NOW, "h")
+    assert [r["text"] for r in res.rows] == [BATCH.format(n=4)]
+    assert res.notes == [
+        f"{log} was truncated or rewritten and its old file (inode {log.stat().st_ino}) is not "
+        f"among the rotated names (compressed, not read: server.log.1.gz): lines written after "
+        f"offset {cur['offset']} may be missing"
+    ]
