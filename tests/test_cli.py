@@ -13,7 +13,7 @@ from analyzer import exitcodes
 
 def leakreport(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leakreport", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "leakreport", *args], capture_output=True, text=True, timeout=600
     )
 
 
