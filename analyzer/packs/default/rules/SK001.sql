@@ -35,7 +35,8 @@ min_growth_mib = 512
 max_others_fraction = 0.2
 ---*/
 WITH tp AS (
-    SELECT host, max(tp_size) AS tp_size, arg_max(src, tp_size) AS tp_source
+    -- ties broken by the source's name, so the same data always names the same source
+    SELECT host, max(tp_size) AS tp_size, arg_max(src, {'t': tp_size, 's': src}) AS tp_source
     FROM (SELECT host, tp_size, 'process table' AS src FROM processes WHERE tp_size IS NOT NULL
           UNION ALL
           SELECT host, tp_size, 'server log (ServerArgs)' FROM log_events
