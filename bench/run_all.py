@@ -112,6 +112,14 @@ def table(res: dict[str, Any]) -> str:
         )
     elif pr:
         rows.append(f"| `leakcollect import prometheus` | — | — | — | — | {pr.get('skipped')} |")
+    rp = res.get("reports", {})
+    if rp:
+        rows.append(
+            f"| HTML pages ({rp.get('gpus')} GPUs host report, {rp.get('fleet_gpus')} GPUs fleet) "
+            f"| {rp.get('host_report_mb')} MB / {rp.get('fleet_html_mb')} MB | "
+            f"{rp.get('host_report_render_s', 0):.3f} | — | — | laid out in "
+            f"{rp.get('host_report_layout_s')} s; targets {rp.get('targets')} |"
+        )
     growth = ", ".join(
         f"{float(k):.0%}: {v}"
         for k, v in sorted(sc.get("growth_per_host", {}).items(), key=lambda kv: float(kv[0]))
@@ -232,13 +240,18 @@ def main(out_dir: str, tiny: bool) -> None:
         _run("logparse_bench.py", str(out / "logparse.json"), "1024")
     _run("scale_bench.py", str(out / "scale.json"), *scale)
     _run("prom_bench.py", str(out / "prom.json"), *(["4", "2"] if tiny else ["16", "24"]))
+    _run(
+        "fleet_bench.py",
+        str(out / "reports.json"),
+        *(["8", "1", "50"] if tiny else ["100", "2", "1000"]),
+    )
     tier_args = ["--tier-hosts", "2", "--days", "2", "--month-days", "3", "--runs", "1"]
     _run("scale_bench.py", str(out / "tier.json"), "--tier-only", *(tier_args if tiny else []))
     res: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "tiny": tiny,
     }
-    for name in ("collector", "logparse", "scale", "tier", "prom"):
+    for name in ("collector", "logparse", "scale", "tier", "prom", "reports"):
         res[name] = json.loads((out / f"{name}.json").read_text())
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "results.md").write_text(table(res))
