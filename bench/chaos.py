@@ -155,7 +155,10 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
     # a server's log starts with its start-up lines; a first clean run sets the cursor on it
     # (a cursor on an empty file cannot tell a copytruncate from nothing: see logtail)
     log.write_text("server starting\n")
+    t_run = time.monotonic()
     _collector(args).wait(timeout=120)
+    # kill within a run's own length, so kills land mid-run on a fast machine too
+    run_s = max(0.05, time.monotonic() - t_run)
     w = subprocess.Popen(
         [sys.executable, __file__, "writer", str(log), "--seed", str(seed)],
         stdout=subprocess.PIPE,
@@ -168,7 +171,7 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
         for _ in range(cycles):
             p = _collector(args)
             if rnd.random() < kill_p:
-                time.sleep(rnd.uniform(0.1, 1.0))
+                time.sleep(rnd.uniform(0.02, 0.9) * run_s)
                 if p.poll() is None:
                     p.send_signal(signal.SIGKILL)
                     kills += 1
