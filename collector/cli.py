@@ -18,6 +18,7 @@ import click
 
 from collector import __version__, exitcodes
 from collector.cli_import import import_
+from collector.clikit import verbosity_level, verbosity_options
 from collector.probecli import probe
 from collector.promcli import prometheus
 
@@ -62,38 +63,9 @@ def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     return value
 
 
-def _set_verbosity(delta: int) -> Any:
-    def cb(ctx: click.Context, _p: click.Parameter, value: Any) -> None:
-        if value:
-            root = ctx.find_root()
-            root.meta["verbosity"] = root.meta.get("verbosity", 0) + delta * int(value)
-
-    return cb
-
-
-def verbosity(f: Any) -> Any:
-    """-q/--quiet and -v/--verbose, on every command."""
-    f = click.option(
-        "-v",
-        "--verbose",
-        count=True,
-        expose_value=False,
-        callback=_set_verbosity(1),
-        help="More detail on stderr.",
-    )(f)
-    return click.option(
-        "-q",
-        "--quiet",
-        is_flag=True,
-        expose_value=False,
-        callback=_set_verbosity(-1),
-        help="Only failures on stderr.",
-    )(f)
-
-
-def _level() -> int:
-    ctx = click.get_current_context(silent=True)
-    return ctx.find_root().meta.get("verbosity", 0) if ctx else 0
+verbosity = verbosity_options(
+    quiet_help="Only failures on stderr.", verbose_help="More detail on stderr."
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -251,7 +223,7 @@ def run(
     """
     from collector.run import Config, LockHeld, acquire_lock, collect
 
-    level = _level()
+    level = verbosity_level()
 
     def say(msg: str) -> None:
         if level >= 0 or " failed" in msg or "cannot" in msg:
@@ -336,7 +308,7 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
     cmd = f"mkdir -p {shlex.quote(str(state))} && {_exe()} run {args} >>{log} 2>&1"
     line = "* * * * * " + cmd.replace("%", "\\%")  # cron turns a bare % into a newline
     click.echo(line)
-    if _level() >= 0:
+    if verbosity_level() >= 0:
         click.echo(
             "# install it for this user:\n#   (crontab -l 2>/dev/null; leakcollect cron-line "
             + args
@@ -378,7 +350,7 @@ AccuracySec=1s
 
 [Install]
 WantedBy=timers.target""")
-    if _level() >= 0:
+    if verbosity_level() >= 0:
         click.echo(
             "# install: save the two units above under /etc/systemd/system/, then\n"
             "#   systemctl daemon-reload && systemctl enable --now leakcollect.timer",

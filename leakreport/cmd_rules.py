@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
 from analyzer import exitcodes
-from leakreport.common import die, err, verbosity_options
-
-
-def load(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any]:
-    from analyzer.packs import PackError, load_packs
-
-    try:
-        packs = load_packs(list(pack_dirs), builtin=not no_builtin)
-    except PackError as e:
-        die(str(e))
-    for p in packs:
-        for rule_err in p.errors:
-            err(f"leakreport: rule error: {rule_err}")
-    return packs
-
+from leakreport.common import die, err, load_packs, verbosity_options
 
 _PACK = click.option(
     "--pack",
@@ -48,7 +33,7 @@ def rules_list(packs: tuple[str, ...]) -> None:
     Example:
       leakreport rules list --pack ./my-pack
     """
-    loaded = load(packs)
+    loaded = load_packs(packs)
     click.echo(f"{'RULE':8} {'SEVERITY':8} {'CATEGORY':32} {'NAME':40} [PACK] TITLE")
     for p in loaded:
         for r in p.rules:
@@ -97,7 +82,7 @@ def rules_test(
     """
     from analyzer.ruletest import collect_cases, run_case
 
-    loaded = load(packs, no_builtin)
+    loaded = load_packs(packs, no_builtin)
     failed = total = 0
     for case in collect_cases(loaded):
         total += 1

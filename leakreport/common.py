@@ -23,6 +23,8 @@ from analyzer import exitcodes
 from analyzer.categories import SEVERITIES
 from analyzer.progress import plural
 from collector.atomic import write_atomic
+from collector.clikit import verbosity_level
+from collector.clikit import verbosity_options as verbosity_options_of
 
 FAIL_ON = [*SEVERITIES, "never"]
 _SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
@@ -95,41 +97,14 @@ class Console:
             self._bar, self._bar_key = None, None
 
 
-def _set_verbosity(delta: int) -> Callable[[click.Context, click.Parameter, Any], None]:
-    def cb(ctx: click.Context, _p: click.Parameter, value: Any) -> None:
-        if value:
-            root = ctx.find_root()
-            root.meta["leakreport.verbosity"] = root.meta.get(
-                "leakreport.verbosity", 0
-            ) + delta * int(value)
-
-    return cb
-
-
-def verbosity_options(f: Any) -> Any:
-    """-q/--quiet and -v/--verbose, on every command."""
-    f = click.option(
-        "-v",
-        "--verbose",
-        count=True,
-        expose_value=False,
-        callback=_set_verbosity(1),
-        help="More detail on stderr (every rule's timing; plain lines instead of a bar).",
-    )(f)
-    return click.option(
-        "-q",
-        "--quiet",
-        is_flag=True,
-        expose_value=False,
-        callback=_set_verbosity(-1),
-        help="Nothing on stderr but errors.",
-    )(f)
+verbosity_options = verbosity_options_of(
+    quiet_help="Nothing on stderr but errors.",
+    verbose_help="More detail on stderr (every rule's timing; plain lines instead of a bar).",
+)
 
 
 def console() -> Console:
-    ctx = click.get_current_context(silent=True)
-    level = ctx.find_root().meta.get("leakreport.verbosity", 0) if ctx else 0
-    return Console(max(-1, min(1, level)))
+    return Console(max(-1, min(1, verbosity_level())))
 
 
 # --- output ------------------------------------------------------------------------
@@ -301,20 +276,30 @@ def bucket_path(bucket: str) -> str:
     return bucket
 
 
-def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = None) -> Any:
-    """Run the packs over the bucket; usage and bucket errors end the command (exit 2)."""
-    from analyzer.bucket import BucketError, Scope
-    from analyzer.packs import PackError, load_packs, parse_param_overrides
+def load_packs(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any]:
+    """The built-in pack and the --pack folders; a broken pack ends the command (exit 2),
+    a broken rule is said on stderr and runs as errored."""
+    from analyzer.packs import PackError
+    from analyzer.packs import load_packs as load
 
-    say = progress if progress is not None else console()
-    bucket_path(bucket)
     try:
-        packs = load_packs(list(opts.packs), builtin=True)
+        packs = load(list(pack_dirs), builtin=not no_builtin)
     except PackError as e:
         die(str(e))
     for p in packs:
         for rule_err in p.errors:
             err(f"leakreport: rule error: {rule_err}")
+    return packs
+
+
+def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = None) -> Any:
+    """Run the packs over the bucket; usage and bucket errors end the command (exit 2)."""
+    from analyzer.bucket import BucketError, Scope
+    from analyzer.packs import parse_param_overrides
+
+    say = progress if progress is not None else console()
+    bucket_path(bucket)
+    packs = load_packs(opts.packs)
     try:
         overrides = parse_param_overrides(list(opts.params))
     except ValueError as e:
