@@ -27,7 +27,8 @@ SELECT host, min(ts) FROM (
 -- of device memory (a drop of at least $reset_min_drop_mib MiB and
 -- $reset_drop_fraction of the card within one bucket: the server exited, or
 -- came back at its post-load level), boundaries closer than $lifetime_merge_s
--- merged. lifetime_source says which: process table / server log / memory reset.
+-- merged; a new Kubernetes pod on the GPU starts one too. lifetime_source says
+-- which: process table / server log / memory reset / pod change.
 -- Inferred lifetimes get negative ids (they are not process ids).
 CREATE OR REPLACE TABLE gpu_lifetimes AS
 WITH proc AS (
@@ -50,11 +51,19 @@ resets AS (
     WHERE prev_max - used_min >= greatest($reset_min_drop_mib * 1048576.0,
                                           $reset_drop_fraction * coalesce(total, 0))
 ),
+pod_starts AS (  -- a new Kubernetes pod on the GPU is a new server, memory continuous or not
+    SELECT host, gpu_index, min(ts) AS ts FROM gpu_samples
+    WHERE pod IS NOT NULL AND host IN (SELECT host FROM bare)
+    GROUP BY host, gpu_index, namespace, pod
+),
 cand AS (
     SELECT b.host, b.gpu_index, s.ts, 1 AS from_log FROM bare b JOIN log_starts s USING (host)
     WHERE s.ts > b.first_ts AND s.ts <= b.last_ts
     UNION ALL
     SELECT host, gpu_index, ts, 0 FROM resets
+    UNION ALL
+    SELECT b.host, b.gpu_index, p.ts, 2 FROM bare b JOIN pod_starts p USING (host, gpu_index)
+    WHERE p.ts > b.first_ts AND p.ts <= b.last_ts
 ),
 grouped AS (
     SELECT *, sum(CASE WHEN gap IS NULL OR gap > $lifetime_merge_s THEN 1 ELSE 0 END)
@@ -73,7 +82,7 @@ bounds AS (
 spans AS (
     SELECT b.host, b.gpu_index, -(b.k + 1) AS pid, b.first_ts,
            coalesce(lead(b.first_ts) OVER (PARTITION BY b.host, b.gpu_index ORDER BY b.k), g.last_ts) AS last_ts,
-           CASE WHEN b.from_log = 1 THEN 'server log' ELSE 'memory reset' END AS lifetime_source
+           CASE b.from_log WHEN 2 THEN 'pod change' WHEN 1 THEN 'server log' ELSE 'memory reset' END AS lifetime_source
     FROM bounds b JOIN bare g USING (host, gpu_index)
 )
 SELECT host, gpu_index, pid, first_ts, last_ts, max_used, lifetime_source FROM proc
