@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.promdecode import Matrix, MatrixFormatError, fast_matrix, slow_matrix
+
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range resolutions above this
 MAX_BODY = 512 << 20
 
@@ -48,7 +50,7 @@ class PromClient:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise PromError("unreachable", f"{self.url}: not an http(s) URL of a Prometheus server")
 
-    def _once(self, path: str, form: Sequence[tuple[str, str]]) -> Any:
+    def _once(self, path: str, form: Sequence[tuple[str, str]], matrix: bool = False) -> Any:
         body = urllib.parse.urlencode(list(form)).encode()
         req = urllib.request.Request(
             self.url + path,
@@ -67,16 +69,26 @@ class PromClient:
         self.bytes_read += len(raw)
         if len(raw) > MAX_BODY:
             raise PromError("server", f"{self.url}{path}: response larger than {MAX_BODY} bytes")
-        return _decode(self.url + path, 200, raw)
+        if matrix:
+            try:
+                return fast_matrix(raw)
+            except MatrixFormatError:
+                pass  # another shape (or an error): decoded in full below
+        data = _decode(self.url + path, 200, raw)
+        if matrix:
+            if not isinstance(data, dict) or data.get("resultType") != "matrix":
+                raise PromError("not_prometheus", f"{self.url}{path}: not a matrix result")
+            return slow_matrix(data)
+        return data
 
-    def call(self, path: str, form: Sequence[tuple[str, str]]) -> Any:
+    def call(self, path: str, form: Sequence[tuple[str, str]], matrix: bool = False) -> Any:
         """``data`` of a successful API response; retries what may pass on a second try."""
         last: PromError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 self.sleep(min(self.backoff_s * 2 ** (attempt - 1), 30.0))
             try:
-                return self._once(path, form)
+                return self._once(path, form, matrix)
             except urllib.error.HTTPError as e:
                 err = _http_error(self.url + path, e)
                 if err.kind not in ("server", "timeout") and e.code != 429:
@@ -112,14 +124,12 @@ class PromClient:
             raise PromError("not_prometheus", f"{self.url}/api/v1/series: unexpected answer")
         return [dict(x) for x in data]
 
-    def query_range(
-        self, query: str, start: float, end: float, step: float
-    ) -> list[tuple[dict[str, str], list[list[Any]]]]:
+    def query_range(self, query: str, start: float, end: float, step: float) -> Matrix:
+        """The matrix of a range query, its points as Arrow arrays."""
         form = [("query", query), ("start", _num(start)), ("end", _num(end)), ("step", _num(step))]
-        data = self.call("/api/v1/query_range", form)
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise PromError("not_prometheus", f"{self.url}/api/v1/query_range: not a matrix result")
-        return [(r.get("metric", {}), r.get("values", [])) for r in data.get("result", [])]
+        data = self.call("/api/v1/query_range", form, matrix=True)
+        assert isinstance(data, Matrix)
+        return data
 
 
 def _num(x: float) -> str:

@@ -20,16 +20,17 @@ import math
 import re
 import sys
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector import promruns
 from collector.promapi import MAX_POINTS_PER_SERIES, PromClient, PromError
-from collector.promplan import GpuId, Mapping, Plan, Series, make_plan
+from collector.promdecode import Matrix
+from collector.promgrid import GpuGrid, engine_table
+from collector.promplan import Mapping, Plan, Series, make_plan
 
 SOURCE = "prometheus"
 MIN_SPLIT_STEPS = 30  # a failing piece is halved in time down to this, then given up
@@ -116,9 +117,7 @@ class _Fetcher:
     def __init__(self, client: PromClient, opts: Options, stats: Stats, say: Say) -> None:
         self.client, self.opts, self.stats, self.say = client, opts, stats, say
 
-    def fetch(
-        self, metric: str, by: str, values: list[str], t0: float, t1: float
-    ) -> list[tuple[dict[str, str], list[list[Any]]]]:
+    def fetch(self, metric: str, by: str, values: list[str], t0: float, t1: float) -> Matrix:
         """Points of ``metric`` for these host values on the step grid [t0, t1]."""
         sel = _selector(metric, _matchers(self.opts.match), by, values)
         q = f"last_over_time({sel}[{int(math.ceil(self.opts.window))}s])"
@@ -130,11 +129,14 @@ class _Fetcher:
         steps = int(round((t1 - t0) / self.opts.step))
         if steps >= 2 * MIN_SPLIT_STEPS:
             mid = t0 + (steps // 2) * self.opts.step
-            return self.fetch(metric, by, values, t0, mid) + self.fetch(
-                metric, by, values, mid + self.opts.step, t1
+            return Matrix.concat(
+                [
+                    self.fetch(metric, by, values, t0, mid),
+                    self.fetch(metric, by, values, mid + self.opts.step, t1),
+                ]
             )
         self.stats.gaps.setdefault((metric, by, tuple(values)), []).append((t0, t1))
-        return []
+        return Matrix()
 
 
 def _iso(t: float) -> str:
@@ -149,139 +151,10 @@ def _groups(series: list[Series]) -> dict[tuple[str, str], list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-class _GpuChunk:
-    """One chunk's device columns per (host, GPU) on the step grid; newer series win."""
-
-    def __init__(self, t0: float, n: int) -> None:
-        self.t0, self.n = t0, n
-        self.cols: dict[tuple[str, int], dict[str, array[float]]] = {}
-        self.ident: dict[tuple[str, int], list[GpuId | None]] = {}
-        self.owner: dict[tuple[str, int, str], list[float]] = {}
-
-    def put(
-        self,
-        host: str,
-        g: GpuId,
-        column: str,
-        scale: float,
-        born: float,
-        pts: list[list[Any]],
-        step: float,
-    ) -> int:
-        k = (host, g.gpu_index)
-        col = self.cols.setdefault(k, {}).setdefault(column, array("d", [math.nan]) * self.n)
-        owner = self.owner.setdefault((host, g.gpu_index, column), [-math.inf] * self.n)
-        ident = self.ident.setdefault(k, [None] * self.n)
-        n = 0
-        for t, v in pts:
-            i = int(round((float(t) - self.t0) / step))
-            if 0 <= i < self.n and born >= owner[i]:
-                x = float(v)
-                col[i] = x * scale if not math.isnan(x) else math.nan
-                owner[i] = born
-                if column == "memory_used_bytes" or ident[i] is None:
-                    ident[i] = g
-                n += 1
-        return n
-
-    def table(self, host: str, step: float) -> pa.Table:
-        ts: list[int] = []
-        out: dict[str, list[Any]] = {
-            c: []
-            for c in (
-                "gpu_index",
-                "gpu_uuid",
-                "gpu_name",
-                "namespace",
-                "pod",
-                "container",
-                "memory_total_bytes",
-            )
-        }
-        cols = (
-            "memory_used_bytes",
-            "memory_free_bytes",
-            "memory_reserved_bytes",
-            "utilization_gpu_pct",
-            "utilization_memory_pct",
-        )
-        for c in cols:
-            out[c] = []
-        for (h, gi), data in sorted(self.cols.items()):
-            if h != host:
-                continue
-            ident = self.ident[(h, gi)]
-            for i in range(self.n):
-                vals = {
-                    c: data[c][i] if c in data and not math.isnan(data[c][i]) else None
-                    for c in cols
-                }
-                if vals["memory_used_bytes"] is None and vals["utilization_gpu_pct"] is None:
-                    continue
-                g = ident[i]
-                ts.append(int(round((self.t0 + i * step) * 1e6)))
-                out["gpu_index"].append(gi)
-                out["gpu_uuid"].append(g.uuid if g else None)
-                out["gpu_name"].append(g.name if g else None)
-                out["namespace"].append(g.namespace if g else None)
-                out["pod"].append(g.pod if g else None)
-                out["container"].append(g.container if g else None)
-                for c in cols:
-                    v = vals[c]
-                    out[c].append(None if v is None else int(v) if c.endswith("_bytes") else v)
-                u, f, r = (
-                    vals["memory_used_bytes"],
-                    vals["memory_free_bytes"],
-                    vals["memory_reserved_bytes"],
-                )
-                out["memory_total_bytes"].append(
-                    int(u + f + (r or 0)) if u is not None and f is not None else None
-                )
-        keep = _gpu_columns()  # the workload columns only where the schema has them
-        table: dict[str, Any] = {k: v for k, v in out.items() if k in keep}
-        table["ts"] = pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-        return pa.table(table)
-
-
 def _gpu_columns() -> set[str]:
     from collector.schema import GPU_SAMPLES
 
     return set(GPU_SAMPLES.columns)
-
-
-Points = list[list[Any]]  # [[epoch seconds, "value"], ...] as the API returns them
-
-
-def _metric_table(series: list[tuple[str, dict[str, str], Points]], source: str) -> pa.Table:
-    """metric_samples rows, built column by column (labels as a map array sharing its strings)."""
-    ts: list[int] = []
-    values: list[float] = []
-    names: list[str] = []
-    keys: list[str] = []
-    items: list[str] = []
-    offsets = [0]
-    for metric, labels, pts in series:
-        n = len(pts)
-        ts.extend(int(round(float(t) * 1e6)) for t, _ in pts)
-        values.extend(float(v) for _, v in pts)
-        names.extend([metric] * n)
-        k, v = list(labels), list(labels.values())
-        keys.extend(k * n)
-        items.extend(v * n)
-        base, width = offsets[-1], len(k)
-        offsets.extend(base + width * (i + 1) for i in range(n))
-    labels_arr = pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string())
-    )
-    return pa.table(
-        {
-            "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "source": pa.array([source] * len(ts), pa.string()),
-            "name": pa.array(names, pa.string()),
-            "labels": labels_arr,
-            "value": pa.array(values, pa.float64()),
-        }
-    )
 
 
 def run_import(
@@ -318,6 +191,7 @@ def run_import(
     stats.hosts = len(hosts)
     born: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     fetcher = _Fetcher(client, opts, stats, say)
+    columns = _gpu_columns()  # the workload columns only where the schema has them
     batches = plan.batches(opts.max_series)
     say(f"{len(plan.series)} series on {len(hosts)} hosts in {len(batches)} batches")
     for b, batch in enumerate(batches, 1):
@@ -331,31 +205,39 @@ def run_import(
         while t0 <= opts.end:
             t1 = min(opts.end, t0 + (steps - 1) * step)
             n = int(round((t1 - t0) / step)) + 1
-            chunk = _GpuChunk(t0, n)
-            engine_rows: dict[str, list[tuple[str, dict[str, str], Points]]] = {}
+            grid = GpuGrid(t0, n, step)
+            etables: list[pa.Table] = []
             for (metric, by), values in groups.items():
-                for labels, pts in fetcher.fetch(metric, by, values, t0, t1):
-                    labels.pop("__name__", None)  # kept by some versions' *_over_time
-                    key = tuple(sorted(labels.items()))
-                    s = by_key.get((metric, key))
-                    if s is None or not pts:
-                        continue
-                    stats.samples += len(pts)
-                    first = born.setdefault((metric, key), float(pts[0][0]))
-                    if metric in mapping.gpu:
+                m = fetcher.fetch(metric, by, values, t0, t1)
+                owners: list[str | None] = []
+                part = grid.part(m) if metric in mapping.gpu else None
+                for labels, first, count in zip(m.labels, m.starts(), m.counts, strict=True):
+                    key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+                    s = by_key.get((metric, key)) if count else None
+                    owners.append(s.host if s is not None else None)
+                    if s is not None:
+                        stats.samples += count
+                        born.setdefault((metric, key), m.t[first].as_py())
+                    if part is not None:
                         column, scale = mapping.gpu[metric]
-                        chunk.put(s.host, plan.gpu[key], column, scale, first, pts, step)
-                    else:
-                        engine_rows.setdefault(s.host, []).append((metric, labels, pts))
+                        g = plan.gpu.get(key) if s is not None else None
+                        grid.keep(part, owners[-1], g, column, scale, born.get((metric, key), 0.0))
+                if part is None and m.points:
+                    for lab in m.labels:  # some versions keep __name__ in *_over_time
+                        lab["__name__"] = metric
+                    etables.append(engine_table(m, owners, source))
+            tables = grid.tables()
             for host in batch:
                 w = BucketWriter(bucket, host)
-                gt = chunk.table(host, step)
-                if gt.num_rows:
+                gt = tables.get(host)
+                if gt is not None and gt.num_rows:
+                    gt = gt.select([c for c in gt.column_names if c in columns])
                     stats.files += len(w.write("gpu_samples", gt))
                     stats.add(host, "gpu_samples", gt.num_rows)
-                erows = engine_rows.get(host)
-                if erows:
-                    mt = _metric_table(erows, source)
+                mine = [e.filter(pc.equal(e["host"], host)) for e in etables]
+                mine = [x.drop_columns(["host"]) for x in mine if x.num_rows]
+                if mine:
+                    mt = pa.concat_tables(mine)
                     stats.files += len(w.write("metric_samples", mt))
                     stats.add(host, "metric_samples", mt.num_rows)
             say(
