@@ -62,7 +62,6 @@ logged AS (
     -- the ServerArgs dump states the flag even when the cmdline was not readable;
     -- image-processor messages are the weaker evidence
     SELECT host, min(ts) AS start, max(ts) AS "end",
-           arg_max(engine, ts) FILTER (WHERE event IN ('server_args', 'engine_version', 'batch_stats')) AS engine,
            arg_max(version, ts) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,
            arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,
            arg_max(NOT disable_fast_image_processor, ts)
@@ -79,7 +78,7 @@ hit AS (
     SELECT coalesce(p.host, l.host) AS host, p.pid,
            coalesce(least(p.start, l.start), p.start, l.start) AS start,
            coalesce(greatest(p."end", l."end"), p."end", l."end") AS "end",
-           coalesce(p.engine, l.engine) AS engine,
+           p.engine,  -- a logged configuration reaches server_info too (log_server_info)
            coalesce(p.engine_version, l.engine_version) AS engine_version,
            coalesce(p.model, l.model) AS model,
            CASE WHEN l.from_args IS NOT NULL THEN 'server log (ServerArgs)'
