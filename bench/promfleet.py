@@ -54,8 +54,20 @@ def pod_name(host: str, pid: int) -> str:
     return f"{host}-{pid:x}"
 
 
-def openmetrics(bucket: Path, out: IO[str], k8s_hosts: set[str]) -> int:
-    """Write the bucket's device and engine series; returns the number of samples."""
+def openmetrics(
+    bucket: Path,
+    out: IO[str],
+    k8s_hosts: set[str],
+    replicas: dict[str, tuple[float, float]] | None = None,
+) -> int:
+    """Write the bucket's device and engine series; returns the number of samples.
+
+    ``replicas`` (an HA pair: replica label value -> a window (from, to) in epoch
+    seconds that replica missed) writes every series once per replica, with a
+    ``replica`` label, as two Prometheus servers scraping the same targets would."""
+    reps: list[tuple[dict[str, str], tuple[float, float]]] = [({}, (0.0, 0.0))]
+    if replicas:
+        reps = [({"replica": k}, gap) for k, gap in replicas.items()]
     starts: dict[str, list[tuple[float, int]]] = {}
     for r in _read(bucket, "gpu_processes", ["host", "pid", "process_start"]):
         if r["process_start"] is not None:
@@ -83,11 +95,11 @@ def openmetrics(bucket: Path, out: IO[str], k8s_hosts: set[str]) -> int:
         ("DCGM_FI_DEV_GPU_UTIL", "utilization_gpu_pct", 1),
     ):
         out.write(f"# TYPE {metric} gauge\n")
-        for r in gpu:
+        for (rep, gap), r in ((x, r) for x in reps for r in gpu):
             v = r[col]
-            if v is None:
-                continue
             t = r["ts"].timestamp()
+            if v is None or gap[0] <= t < gap[1]:
+                continue
             lab = {
                 "gpu": str(r["gpu_index"]),
                 "UUID": r["gpu_uuid"] or "",
@@ -99,6 +111,7 @@ def openmetrics(bucket: Path, out: IO[str], k8s_hosts: set[str]) -> int:
             pod = pod_at(r["host"], t)
             if pod:
                 lab |= {"namespace": "llm", "pod": pod, "container": "server"}
+            lab |= rep
             val = v / scale if scale != 1 else v
             out.write(f"{metric}{_labels(lab)} {val!r} {t:.3f}\n")
             n += 1
@@ -106,13 +119,17 @@ def openmetrics(bucket: Path, out: IO[str], k8s_hosts: set[str]) -> int:
     ms.sort(key=lambda r: (r["name"], r["host"], sorted(r["labels"] or []), r["ts"]))
     fam = None
     ip = {h: f"10.1.0.{k + 2}" for k, h in enumerate(sorted({r["host"] for r in ms}))}
-    for r in ms:
-        if r["value"] is None or math.isnan(r["value"]):
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for r in ms:  # sorted: each name's rows stay in order
+        by_name.setdefault(r["name"], []).append(r)
+    rows = ((x, r) for name in by_name for x in reps for r in by_name[name])
+    for (rep, gap), r in rows:
+        t = r["ts"].timestamp()
+        if r["value"] is None or math.isnan(r["value"]) or gap[0] <= t < gap[1]:
             continue
         if r["name"] != fam:
             fam = r["name"]
             out.write(f"# TYPE {fam} gauge\n" if not fam.endswith("_total") else "")
-        t = r["ts"].timestamp()
         lab = dict(r["labels"] or [])
         pod = pod_at(r["host"], t)
         if pod:
@@ -120,6 +137,7 @@ def openmetrics(bucket: Path, out: IO[str], k8s_hosts: set[str]) -> int:
             lab |= {"namespace": "llm", "pod": pod, "container": "server"}
         else:
             lab |= {"job": "llm-server", "instance": f"{r['host']}:8000"}
+        lab |= rep
         out.write(f"{r['name']}{_labels(lab)} {r['value']!r} {t:.3f}\n")
         n += 1
     # other jobs' process series, which must stay out of the bucket

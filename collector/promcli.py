@@ -50,6 +50,14 @@ def _headers(raw: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _label_names(raw: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in raw if n.strip())
+    for n in names:
+        if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", n):
+            raise click.BadParameter(f"--replica-label {n!r}: not a Prometheus label name")
+    return names
+
+
 @click.command("prometheus")
 @click.option("--url", required=True, help="The Prometheus server, e.g. http://prometheus:9090.")
 @click.option("--start", required=True, help="ISO time (UTC unless it says otherwise).")
@@ -67,6 +75,14 @@ def _headers(raw: tuple[str, ...]) -> dict[str, str]:
     "--mapping",
     type=click.Path(exists=True, dir_okay=False),
     help="TOML that extends the built-in metric mapping.",
+)
+@click.option(
+    "--replica-label",
+    "replica_labels",
+    multiple=True,
+    help="A label that tells an HA pair's replicas apart, dropped so each series is read "
+    "once (repeatable; replaces the default replica, prometheus_replica, __replica__; "
+    "--replica-label '' reads replicas as separate series).",
 )
 @click.option(
     "--lookback", help="How long a sample stays current [default: 4 steps, at least 60s]."
@@ -109,6 +125,7 @@ def prometheus(
     headers: tuple[str, ...],
     hosts: tuple[str, ...],
     mapping: str | None,
+    replica_labels: tuple[str, ...],
     lookback: str | None,
     timeout: float,
     retries: int,
@@ -122,6 +139,11 @@ def prometheus(
     metric_samples (the engines' series as scraped, and process_resident_memory_bytes
     of the servers) and one collector_runs row per host, partitioned by date and
     host like the collector's own files. Then run `leakreport analyze BUCKET`.
+
+    An HA pair (two Prometheus replicas, or a Thanos/Mimir querier with dedup off)
+    holds each series twice, differing in a replica label: those labels are dropped
+    and one value kept per series and step (see --replica-label). A window that
+    overlaps an earlier import of the same hosts from the same server is refused.
 
     Exit codes: 0 everything imported; 1 imported with parts skipped (named on
     stderr: the server's sample limit); 2 nothing imported (unreachable, 401/403,
@@ -151,6 +173,8 @@ def prometheus(
             max_series=max_series,
             points=points,
         )
+        if replica_labels:
+            opts.replica_labels = _label_names(replica_labels)
         if opts.end <= opts.start:
             raise click.BadParameter(f"--end {end} is not after --start {start}")
         m = load_mapping(mapping)

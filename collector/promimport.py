@@ -33,6 +33,7 @@ from collector.promgrid import GpuGrid, engine_table
 from collector.promplan import Mapping, Plan, Series, make_plan
 
 SOURCE = "prometheus"
+REPLICA_LABELS = ("replica", "prometheus_replica", "__replica__")
 MIN_SPLIT_STEPS = 30  # a failing piece is halved in time down to this, then given up
 Say = Callable[[str], None]
 
@@ -47,6 +48,8 @@ class Options:
     lookback: float | None = None
     max_series: int = 256  # series per host batch
     points: int = 400_000  # points per query
+    # HA pairs: labels that tell replicas of one series apart, dropped (one sample a step)
+    replica_labels: tuple[str, ...] = REPLICA_LABELS
 
     @property
     def window(self) -> float:
@@ -110,6 +113,10 @@ def discover(client: PromClient, mapping: Mapping, opts: Options) -> Plan:
     gpu_sets = client.series(sel, opts.start, opts.end)
     esel = [f"{m}{{{extra}}}" if extra else m for m in mapping.engine]
     engine_sets = client.series(esel, opts.start, opts.end) if esel else []
+    drop = set(opts.replica_labels)
+    if drop:  # an HA pair's replicas of one series become one series
+        gpu_sets = [{k: v for k, v in s.items() if k not in drop} for s in gpu_sets]
+        engine_sets = [{k: v for k, v in s.items() if k not in drop} for s in engine_sets]
     return make_plan(gpu_sets, engine_sets, mapping, opts.hosts)
 
 
@@ -121,6 +128,8 @@ class _Fetcher:
         """Points of ``metric`` for these host values on the step grid [t0, t1]."""
         sel = _selector(metric, _matchers(self.opts.match), by, values)
         q = f"last_over_time({sel}[{int(math.ceil(self.opts.window))}s])"
+        if self.opts.replica_labels:  # the replicas of a series: one value a step
+            q = f"max without ({', '.join(self.opts.replica_labels)}) ({q})"
         try:
             return self.client.query_range(q, t0, t1, self.opts.step)
         except PromError as e:

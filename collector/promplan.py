@@ -240,6 +240,7 @@ def make_plan(
         plan.series.append(Series(name, _key(lab), host, by, val))
     if no_host:
         plan.dropped.append(f"{no_host} engine series without a host label")
+    plan.series = list(dict.fromkeys(plan.series))  # replicas of one series, once
     if hosts:
         plan.series = [s for s in plan.series if s.host in hosts]
     return plan

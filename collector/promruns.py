@@ -3,16 +3,21 @@
 Every import writes one ``collector_runs`` row per host whose ``run_id`` names the
 window it fetched. Importing an overlapping window again would store those samples
 twice (and double every sum over them), so the import refuses, naming the earlier one.
+The check lists only the ``collector_runs`` files of the imported hosts dated up to the
+window's end (one listing on S3), then reads those.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+
+from collector import layout
+from collector.store import is_s3, s3_filesystem, s3_root
 
 PREFIX = "prometheus"
 
@@ -29,11 +34,20 @@ def overlapping(
     bucket: str | os.PathLike[str], source: str, hosts: set[str], start: float, end: float
 ) -> str | None:
     """A line naming an earlier import of these hosts from ``source`` that overlaps
-    [start, end]; None when there is none (or the bucket is not a local folder)."""
-    folder = Path(bucket) / "collector_runs"
-    if str(bucket).startswith("s3://") or not folder.is_dir():
+    [start, end]; None when there is none. ``bucket`` is a folder or ``s3://...``."""
+    last_day = dt.datetime.fromtimestamp(end, dt.UTC).date()
+    fs: Any = None
+    root = str(bucket)
+    if is_s3(bucket):
+        fs, root = s3_filesystem(), s3_root(root)
+    entries = layout.list_entries(
+        root, "collector_runs", fs, date_ok=lambda d: d <= last_day, host_ok=hosts.__contains__
+    )
+    if not entries:
         return None
-    data = ds.dataset(folder, format="parquet", partitioning=None, exclude_invalid_files=True)
+    data = ds.dataset(
+        [e.path for e in entries], filesystem=fs, format="parquet", exclude_invalid_files=True
+    )
     rows = data.to_table(
         columns=["host", "run_id"], filter=pc.field("source") == source
     ).to_pylist()

@@ -82,7 +82,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def _import(
-    url: str, bucket: Path, *extra: str, start: str = START, end: str = END
+    url: str, bucket: Path | str, *extra: str, start: str = START, end: str = END
 ) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "collector.cli", "import", "prometheus", "--url", url]
     args += ["--start", start]
