@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 import click
 
 from collector import exitcodes
+from collector.clikit import tz_option
 
 TZ_HELP = (
     "Time zone of timestamps that carry none (nvidia-smi and most servers print local "
@@ -39,7 +40,7 @@ _HOST = click.option(
 _BUCKET = click.option(
     "--bucket", required=True, help="Bucket to write into: a folder or s3://bucket/prefix."
 )
-_TZ = click.option("--tz", help=TZ_HELP)
+_TZ = tz_option(TZ_HELP)
 
 
 @click.group("import")

@@ -46,3 +46,29 @@ def verbosity_level() -> int:
     """-1 quiet, 0 normal, 1 or more verbose (0 outside a click command)."""
     ctx = click.get_current_context(silent=True)
     return int(ctx.find_root().meta.get(_KEY, 0)) if ctx else 0
+
+
+def _check_tz(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or value.upper() in ("UTC", "Z"):
+        return value
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(
+            f"unknown time zone {value!r} (use an IANA name such as Europe/Berlin, or UTC)",
+            param=param,
+        ) from None
+    return value
+
+
+def tz_option(help_text: str, default: str | None = None) -> Callable[[Any], Any]:
+    """--tz, checked when the command line is read: an unknown zone is a usage error (2)."""
+    return click.option(
+        "--tz",
+        default=default,
+        show_default=default is not None,
+        callback=_check_tz,
+        help=help_text,
+    )

@@ -8,13 +8,11 @@ import time
 import click
 
 from analyzer import exitcodes
+from collector.clikit import tz_option
 from leakreport.common import console, die, verbosity_options, write_out
 
-_TZ = click.option(
-    "--tz",
-    default="UTC",
-    show_default=True,
-    help="Zone of timestamps that carry no offset (an IANA name such as Europe/Berlin).",
+_TZ = tz_option(
+    "Zone of timestamps that carry no offset (an IANA name such as Europe/Berlin).", "UTC"
 )
 
 

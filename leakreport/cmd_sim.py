@@ -11,6 +11,7 @@ import click
 
 from analyzer import exitcodes
 from analyzer.progress import plural
+from collector.clikit import tz_option
 from leakreport.common import console, die, verbosity_options, write_out
 
 
@@ -53,7 +54,7 @@ from leakreport.common import console, die, verbosity_options, write_out
     help="native: the collector's tables; the others write each host's files as nvidia-smi and "
     "the server would (under OUT-files/) and import them with the collector's importers.",
 )
-@click.option("--tz", default="UTC", show_default=True, help="Local time zone of those files.")
+@tz_option("Local time zone of those files.", "UTC")
 @verbosity_options
 def simulate(
     scenario: str,

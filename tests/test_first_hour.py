@@ -144,6 +144,24 @@ def test_simulate_list_needs_no_out_and_hosts_means_hosts(tmp_path) -> None:
     assert len(hosts) == 2
 
 
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ("leakreport", "simulate", "--out", "{tmp}/b"),
+        ("leakreport", "logs", "parse", "{readme}"),
+        ("collector.cli", "import", "server-log", "{readme}", "--host", "h", "--bucket", "{tmp}/b"),
+    ],
+    ids=["simulate", "logs-parse", "import-server-log"],
+)
+def test_an_unknown_time_zone_is_a_usage_error_naming_it(cmd, tmp_path) -> None:
+    readme = str(Path(__file__).parent.parent / "README.md")
+    args = [a.format(tmp=tmp_path, readme=readme) for a in cmd[1:]]
+    r = run(cmd[0], *args, "--tz", "Mars/Olympus")
+    assert r.returncode == exitcodes.ERROR, r.stderr
+    assert "unknown time zone 'Mars/Olympus'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "b").exists()  # nothing written before the check
+
+
 def test_markdown_carries_the_first_remedy() -> None:
     from analyzer.findings import Finding, FindingsDocument, RunInfo
     from analyzer.outputs import first_remedy, markdown
