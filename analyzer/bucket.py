@@ -193,47 +193,62 @@ def open_checked(
             local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
     first_run = _first_runs(con, local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
-    parts: dict[str, tuple[str, str]] = {}
+    parts: dict[str, str] = {}
     for name, spec in TABLES.items():
         files = local[name]
-        cols = ", ".join(f'"{c}"' for c in spec.columns)
         if not files:
             # a real (empty) table, visible to every cursor of the connection
+            cols = ", ".join(f'"{c}"' for c in spec.columns)
             con.register("__empty", pa.Table.from_pylist([], schema=spec.schema))
             con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT {cols} FROM __empty")
             con.unregister("__empty")
             continue
         los = first_run if name in SAMPLED_AT_RUN else {}
         sane = _sane_predicate(good[name], hi, los)
-        src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
-        if spec.optional:  # columns added later are NULL where no file has them yet
-            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
-            cols = ", ".join(
-                f'CAST(NULL AS VARCHAR) AS "{c}"'
-                if c in spec.optional and c not in have
-                else f'"{c}"'
-                for c in spec.columns
-            )
         where = _scope_predicates(scope) + ([sane] if sane else [])
-        cond = (" WHERE " + " AND ".join(where)) if where else ""
-        parts[name] = (cols, cond)
-        if spec.key:
-            keys = ", ".join(f'"{c}"' for c in spec.key)
-            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
-        else:
-            sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {src}{cond}"
+        parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
         try:
-            con.execute(sql)
+            con.execute(
+                f"CREATE OR REPLACE VIEW {name} AS {raw_select(con, name, files, parts[name])}"
+            )
             con.execute(f"SELECT * FROM {name} LIMIT 0")
             if sane:
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
-    if scope.before is None and "gpu_samples" in parts:
-        out.tier = _attach_tier(
+    if scope.before is None and parts:
+        from analyzer import tier
+
+        out.tier = tier.attach_opened(
             out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir
         )
     return out
+
+
+def raw_select(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    files: list[str],
+    cond: str,
+    columns_of: list[str] | None = None,
+) -> str:
+    """The ``SELECT`` of a trace table's view over ``files``: the schema's columns (NULL
+    for optional ones no file of ``columns_of``, default ``files``, has yet), one row
+    per key where the table has one."""
+    spec = TABLES[name]
+    src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+    cols = ", ".join(f'"{c}"' for c in spec.columns)
+    if spec.optional:  # columns added later are NULL where no file has them yet
+        of = f"read_parquet({_sql_list(columns_of or files)}, union_by_name = true)"
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
+        cols = ", ".join(
+            f'CAST(NULL AS VARCHAR) AS "{c}"' if c in spec.optional and c not in have else f'"{c}"'
+            for c in spec.columns
+        )
+    if spec.key:
+        keys = ", ".join(f'"{c}"' for c in spec.key)
+        return f"SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
+    return f"SELECT {cols} FROM {src}{cond}"
 
 
 def samples_span(files: list[layout.FileCheck], hi: dt.datetime) -> float | None:
@@ -254,51 +269,6 @@ def scope_span(
     wall = dt.datetime.now(dt.UTC)
     good, _bad = checked_files(bucket, "gpu_samples", scope, s3)
     return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
-
-
-def _attach_tier(
-    out: Opened,
-    bucket: str | os.PathLike[str],
-    s3: Any,
-    scope: Scope,
-    good: dict[str, list[layout.FileCheck]],
-    local: dict[str, list[str]],
-    parts: dict[str, tuple[str, str]],
-    hi: dt.datetime,
-    first_run: dict[str, dt.datetime],
-    stage_dir: str | os.PathLike[str] | None,
-) -> Any:
-    """Read finished host-days from the stored rollup tier where it is current."""
-    from analyzer import tier
-
-    cols, cond = parts["gpu_samples"]
-
-    def usable(c: layout.FileCheck) -> bool:
-        lo = first_run.get(c.entry.host)
-        return (
-            c.ts_min is not None
-            and c.ts_max is not None
-            and c.ts_max <= hi
-            and (lo is None or c.ts_min >= lo)
-        )
-
-    def view_sql(rest: list[str]) -> str:
-        src = f"read_parquet({_sql_list(rest)}, union_by_name = true, hive_partitioning = false)"
-        return f"SELECT {cols} FROM {src}{cond}"
-
-    root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
-    return tier.attach(
-        out.con,
-        root,
-        s3,
-        good["gpu_samples"],
-        local["gpu_samples"],
-        scope.date_ok,
-        scope.host_ok,
-        usable,
-        view_sql,
-        lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
-    )
 
 
 def open_bucket(

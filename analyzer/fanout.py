@@ -205,9 +205,11 @@ def analyze_local(
     memory_limit: str | None = None,
     batch_hosts: int = 32,
     rule_timeout: float | None = 60.0,
+    timings: list[dict[str, Any]] | None = None,
 ) -> FindingsDocument:
     """One connection for up to ``batch_hosts`` hosts; more are analysed in batches of
-    that many, one after the other, so memory is bounded by the batch, not the fleet."""
+    that many, one after the other, so memory is bounded by the batch, not the fleet.
+    ``timings`` (one batch only) gets the seconds of each stage (see runner.analyze)."""
     from analyzer.runner import analyze
 
     scope = scope or Scope()
@@ -222,6 +224,7 @@ def analyze_local(
             now=now,
             memory_limit=memory_limit,
             rule_timeout=rule_timeout,
+            timings=timings,
         )
     batches = -(-len(hosts) // batch_hosts)
     if progress:

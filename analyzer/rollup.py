@@ -9,6 +9,8 @@ as the raw views, so the whole pack costs little more than one scan.
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import duckdb
 from analyzer.packs import referenced_params
 
 ROLLUP_DIR = Path(__file__).parent / "rollups"
+_CREATES = re.compile(r"CREATE OR REPLACE (?:TABLE|VIEW|MACRO) (\w+)")
 
 # Tunable with --param rollup.KEY=VALUE.
 DEFAULTS: dict[str, Any] = {
@@ -99,26 +102,42 @@ def rollup_files() -> list[Path]:
 
 
 def build(
-    con: duckdb.DuckDBPyConnection, overrides: dict[str, Any] | None = None, tier: bool = False
+    con: duckdb.DuckDBPyConnection,
+    overrides: dict[str, Any] | None = None,
+    tier: Any = None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Run the rollup SQL in file order. With ``tier`` (views over the stored rollup
-    tier exist, see analyzer.tier), the first-stage tables it stores are read from
-    it for the host-days it covers and derived from raw samples for the rest."""
+    """Run the rollup SQL in file order. With ``tier`` (an analyzer.tier.TierUse: views
+    over the stored rollup tier exist), the first-stage tables it stores are read from
+    it for the host-days it covers and derived from raw samples for the rest.
+    ``timings`` gets one entry per statement (file, table, seconds, tier or raw)."""
     unknown = set(overrides or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
     params = {**DEFAULTS, **(overrides or {})}
     with_tier: Any = None
-    if tier:
+    if tier is not None:
         from analyzer import tier as with_tier
     for f in rollup_files():
         if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
             params["bucket_s"] = bucket_width(con, params)
         for stmt in _statements(f.read_text(encoding="utf-8")):
             refs = referenced_params(stmt)
+            t0 = time.perf_counter()
             try:
-                if with_tier is not None and with_tier.rollup_with_tier(con, stmt, params):
-                    continue
-                con.execute(stmt, {k: params[k] for k in refs} if refs else None)
+                read_tier = with_tier is not None and with_tier.rollup_with_tier(
+                    con, stmt, params, tier
+                )
+                if not read_tier:
+                    con.execute(stmt, {k: params[k] for k in refs} if refs else None)
             except duckdb.Error as e:
                 raise RuntimeError(f"{f.name}: {e}") from e
+            if timings is not None:
+                m = _CREATES.search(stmt)
+                timings.append(
+                    {
+                        "stage": f"{f.name}:{m.group(1) if m else '?'}",
+                        "seconds": round(time.perf_counter() - t0, 4),
+                        "tier": bool(read_tier),
+                    }
+                )

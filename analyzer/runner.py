@@ -196,9 +196,12 @@ def analyze(
     memory_limit: str | None = None,
     with_series: bool = True,
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    timings: list[dict[str, Any]] | None = None,
 ) -> FindingsDocument:
     """Analyse a bucket. Rules run contained: each one SELECT, read-only, with no
-    file access but the bucket's, stopped after ``rule_timeout`` seconds."""
+    file access but the bucket's, stopped after ``rule_timeout`` seconds. ``timings``
+    (if given) gets the seconds of each stage: opening, every rollup statement,
+    every rule, coverage and chart series."""
     if rule_timeout is not None and not rule_timeout > 0:
         raise ValueError(f"--rule-timeout {rule_timeout}: must be a positive number of seconds")
     scope = scope or Scope()
@@ -219,6 +222,7 @@ def analyze(
             with_series,
             stage,
             rule_timeout,
+            timings,
         )
 
 
@@ -234,17 +238,30 @@ def _analyze(
     with_series: bool,
     stage: str | None,
     rule_timeout: float | None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> FindingsDocument:
+    times: list[dict[str, Any]] = timings if timings is not None else []
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now_t = time.perf_counter()
+        times.append({"stage": stage, "seconds": round(now_t - clock, 4)})
+        clock = now_t
+
     opened = open_checked(bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now)
+    lap("open")
     con, files = opened.con, opened.counts
     for line in opened.skipped:
         say(f"left out: {line}")
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)
+        lap("log_events")
         # the bucket width follows the samples' span (a host batch gets its scope's)
         overrides = rollup.with_width(overrides, opened.span_s)
-        rollup.build(con, overrides.get("rollup"), tier=opened.tier is not None)
+        rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
+        clock = time.perf_counter()
         if opened.tier is not None:
             say(
                 f"rollup tier: {opened.tier.host_days} host-days stored, "
@@ -293,6 +310,7 @@ def _analyze(
                     st.status, st.reason = "errored", f"{rule.path}: {e}"
                     found = []
                 st.duration_s = round(time.perf_counter() - t1, 4)
+                times.append({"stage": f"rule:{rule.id}", "seconds": st.duration_s})
                 if found:
                     st.status, st.findings = "fired", len(found)
                 doc.findings.extend(found)
@@ -304,11 +322,14 @@ def _analyze(
                     f"{rule.id} {st.status}, {plural(len(found), 'finding')}, {st.duration_s:.2f}s",
                 )
         doc.run.rules = statuses
+        clock = time.perf_counter()
         coverage.build(con, doc, packs)  # per host: what could and could not be checked
         doc.findings.sort(key=Finding.sort_key)
         pods.annotate(con, doc.findings)  # the Kubernetes pod on the GPU, where known
+        lap("coverage")
         if with_series:
             series.fill(con, doc)
+            lap("series")
         doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
         doc.run.gaps += opened.quarantined
         return doc

@@ -1,16 +1,18 @@
 """The stored rollup tier: derived once per finished host-day, read instead of raw samples.
 
-``leakreport rollup`` (or :func:`build`) runs the first-stage rollup SQL
-(``gpu_info`` and the per-minute ``gpu_buckets`` of ``rollups/00_*.sql`` and
-``01_*.sql``, the very statements the analysis runs) over one host-day's raw
-``gpu_samples`` files at a time and stores the results as Parquet under their
-own tables in the bucket layout: ``tier_gpu_info`` and ``tier_gpu_buckets``.
+``leakreport rollup`` (or :func:`build`) runs the first-stage rollup statements
+(the very ones the analysis runs, from ``rollups/*.sql``) over one host-day's raw
+files at a time and stores their results as Parquet under their own tables in the
+bucket layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``),
+``tier_metric_norm`` (from ``metric_samples``) and ``tier_proc_bins`` (from
+``gpu_processes``). Each of them groups by a key that never crosses midnight.
 
-Each tier file records, in its Parquet metadata, the hash of the SQL (and bucket
-width and schema version) that made it and a hash of the raw files it was made
-from. At analysis time a host-day's tier is used only when both still match and
-the analysis buckets by the same width; otherwise (a changed definition, late
-data, a compaction since, today, samples outside the time-sanity bounds) that
+Each tier file records, in its Parquet metadata, the hash of the SQL (with the
+parameter values it used, the schema version and tier format) that made it and a
+hash of the raw files it was made from. At analysis time a host-day's tier is used
+only when both still match, every raw file of it lies within its day and passes
+the reader's time-sanity bounds, and the analysis runs with the same parameters;
+otherwise (a changed definition, late data, a compaction since, today) that
 host-day is derived from raw samples, so findings are the same either way.
 """
 
@@ -21,7 +23,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,35 +36,51 @@ from collector import layout
 from collector.schema import SCHEMA_VERSION
 from collector.store import is_s3, s3_filesystem, s3_root
 
-TIER_FORMAT = 1
-SOURCE = "gpu_samples"
-TIERS = {"tier_gpu_info": "gpu_info", "tier_gpu_buckets": "gpu_buckets"}
+TIER_FORMAT = 2
+# tier table -> (the rollup table it stores, the raw table it is derived from)
+TIERS: dict[str, tuple[str, str]] = {
+    "tier_gpu_info": ("gpu_info", "gpu_samples"),
+    "tier_gpu_buckets": ("gpu_buckets", "gpu_samples"),
+    "tier_metric_norm": ("metric_norm", "metric_samples"),
+    "tier_proc_bins": ("proc_bins", "gpu_processes"),
+}
+SOURCES = tuple(sorted({s for _t, s in TIERS.values()}))
 HASH_KEY = b"leakreport.tier_sql_hash"
 SOURCES_KEY = b"leakreport.tier_sources"
 WIDTH_KEY = b"leakreport.tier_bucket_s"
+COMBINE_DIR = rollup.ROLLUP_DIR / "tier"
+DAY = dt.timedelta(days=1)
 
 
 def statements() -> dict[str, str]:
     """The rollup statements the tier stores, by the table they create."""
     out: dict[str, str] = {}
+    wanted = {t for t, _s in TIERS.values()}
     for f in rollup.rollup_files():
         for stmt in rollup._statements(f.read_text(encoding="utf-8")):
-            for table in TIERS.values():
+            for table in wanted:
                 if f"CREATE OR REPLACE TABLE {table} AS" in stmt:
                     out[table] = stmt
-    missing = set(TIERS.values()) - set(out)
+    missing = wanted - set(out)
     if missing:
         raise RuntimeError(f"no rollup statement creates {', '.join(sorted(missing))}")
     return out
 
 
-def sql_hash(width: float) -> str:
-    """What makes a tier file current: its SQL, bucket width, schema and tier format."""
-    h = hashlib.sha256(f"{TIER_FORMAT}/{SCHEMA_VERSION}/{width:g}\n".encode())
-    for table, stmt in sorted(statements().items()):
-        h.update(f"{table}\n{stmt}\n".encode())
-    for f in sorted((rollup.ROLLUP_DIR / "tier").glob("*.sql")):  # how tier and raw combine
-        h.update(f.read_bytes())
+def build_params(width: float) -> dict[str, Any]:
+    """The parameters the tier is derived with: the defaults, buckets of ``width``."""
+    return {**rollup.DEFAULTS, "bucket_s": width}
+
+
+def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
+    """What makes one tier table's file current: its statement, the parameter values it
+    uses, how tier and raw combine, the schema version and the tier format."""
+    table, source = TIERS[tier_table]
+    stmt = statements()[table]
+    params = build_params(width)
+    used = ",".join(f"{k}={params[k]!r}" for k in sorted(referenced_params(stmt)))
+    h = hashlib.sha256(f"{TIER_FORMAT}/{SCHEMA_VERSION}/{source}/{used}\n{stmt}\n".encode())
+    h.update((COMBINE_DIR / f"{table}.sql").read_bytes())
     return h.hexdigest()[:32]
 
 
@@ -72,7 +90,7 @@ def sources_hash(entries: list[layout.Entry]) -> str:
 
 @dataclass
 class Result:
-    built: int = 0  # host-days derived and written
+    built: int = 0  # host-days derived and written (one table or more)
     current: int = 0  # host-days whose tier was already current
     skipped: list[str] | None = None  # raw files left out (do not match the schema)
 
@@ -91,21 +109,34 @@ def _tier_meta(entry: layout.Entry, fs: Any) -> dict[bytes, bytes]:
         return {}
 
 
+Current = dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]
+
+
 def current_tier(
-    root: str, fs: Any, date_ok: layout.DateOk, host_ok: layout.HostOk, want_hash: str
-) -> dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]:
+    root: str, fs: Any, date_ok: layout.DateOk, host_ok: layout.HostOk, width: float
+) -> Current:
     """(day, host folder) -> tier table -> (file, sources hash), for files made by the current SQL."""
-    out: dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]] = {}
+    out: Current = {}
     for tier_table in TIERS:
+        want = sql_hash(width, tier_table)
         for e in layout.list_entries(root, tier_table, fs, date_ok, host_ok):
             md = _tier_meta(e, fs)
-            if md.get(HASH_KEY, b"").decode() != want_hash:
+            if md.get(HASH_KEY, b"").decode() != want:
                 continue  # stale: made by other SQL; never read
             out.setdefault((e.day, e.host_dir), {})[tier_table] = (
                 e,
                 md.get(SOURCES_KEY, b"").decode(),
             )
     return out
+
+
+def _of(source: str) -> list[str]:
+    return [t for t, (_r, s) in TIERS.items() if s == source]
+
+
+def _is_current(cur: dict[str, tuple[layout.Entry, str]], source: str, src_hash: str) -> bool:
+    mine = _of(source)
+    return all(t in cur and cur[t][1] == src_hash for t in mine)
 
 
 def build(
@@ -123,36 +154,42 @@ def build(
     fs = s3_filesystem() if is_s3(bucket) else None
     root = s3_root(str(bucket)) if fs is not None else str(bucket)
     width = _width(overrides)
-    want = sql_hash(width)
     stmts = statements()
     res = Result(skipped=[])
-    have = current_tier(root, fs, lambda d: d < before, lambda _h: True, want)
+    have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width)
+    built: set[tuple[dt.date, str]] = set()
+    seen: set[tuple[dt.date, str]] = set()
     with tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
-        for (_t, day, host_dir), entries in sorted(groups(root, before, fs, [SOURCE]).items()):
+        for (source, day, host_dir), entries in sorted(
+            groups(root, before, fs, list(SOURCES)).items()
+        ):
             good, bad = layout.live(layout.check_all(entries, fs))
             assert res.skipped is not None
             res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
             if not good:
                 continue
+            seen.add((day, host_dir))
             src_hash = sources_hash([c.entry for c in good])
-            cur = have.get((day, host_dir), {})
-            if set(cur) == set(TIERS) and all(s == src_hash for _e, s in cur.values()):
-                res.current += 1
+            if _is_current(have.get((day, host_dir), {}), source, src_hash):
                 continue
             paths = [c.entry.path for c in good]
             if fs is not None:
                 paths = _stage(fs, paths, stage)
-            _derive(bucket, day, host_dir, paths, stmts, width, want, src_hash)
-            res.built += 1
-            _delete_old(root, fs, day, host_dir, want, src_hash)
+            _derive(bucket, source, day, host_dir, paths, stmts, width, src_hash)
+            built.add((day, host_dir))
+            _delete_old(root, fs, source, day, host_dir, width, src_hash)
             if progress:
-                progress(f"tier {day} host={host_dir}: derived from {len(good)} files")
+                progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
+    res.built, res.current = len(built), len(seen - built)
     return res
 
 
-def _delete_old(root: str, fs: Any, day: dt.date, host_dir: str, want: str, src_hash: str) -> None:
-    """Tier files of this host-day other than the ones just written."""
-    for t in TIERS:
+def _delete_old(
+    root: str, fs: Any, source: str, day: dt.date, host_dir: str, width: float, src_hash: str
+) -> None:
+    """Tier files of this host-day and source other than the ones just written."""
+    for t in _of(source):
+        want = sql_hash(width, t)
         for e in layout.list_entries(root, t, fs, lambda d: d == day):
             if e.host_dir != host_dir:
                 continue
@@ -170,124 +207,186 @@ def _delete_old(root: str, fs: Any, day: dt.date, host_dir: str, want: str, src_
 
 def _derive(
     bucket: str | os.PathLike[str],
+    source: str,
     day: dt.date,
     host_dir: str,
     paths: list[str],
     stmts: dict[str, str],
     width: float,
-    want: str,
     src_hash: str,
 ) -> None:
-    from analyzer.bucket import to_arrow
+    from analyzer.bucket import raw_select, to_arrow
     from collector.writer import write_derived
 
     con = duckdb.connect()
     try:
-        files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-        con.execute(
-            f"CREATE VIEW {SOURCE} AS SELECT * FROM read_parquet({files}, union_by_name = true, "
-            "hive_partitioning = false)"
-        )
-        params = {**rollup.DEFAULTS, "bucket_s": width}
-        for tier_table, table in TIERS.items():
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"CREATE VIEW {source} AS {raw_select(con, source, paths, '')}")
+        params = build_params(width)
+        for tier_table in _of(source):
+            table = TIERS[tier_table][0]
             stmt = stmts[table]
             refs = referenced_params(stmt)
             con.execute(stmt, {k: params[k] for k in refs} if refs else None)
             data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
-            extra = {HASH_KEY: want.encode(), SOURCES_KEY: src_hash.encode()}
-            extra[WIDTH_KEY] = f"{width:g}".encode()
+            extra = {
+                HASH_KEY: sql_hash(width, tier_table).encode(),
+                SOURCES_KEY: src_hash.encode(),
+                WIDTH_KEY: f"{width:g}".encode(),
+            }
             write_derived(bucket, host_dir, tier_table, day, data, extra)
     finally:
         con.close()
 
 
-COMBINE_DIR = rollup.ROLLUP_DIR / "tier"
-
-
 @dataclass
 class TierUse:
-    """The tier an analysis reads: views tier_gpu_info, tier_gpu_buckets and gpu_samples_rest."""
+    """The tier an analysis reads: views tier_* over the stored files, and ``<source>_rest``
+    over the raw files of the host-days the tier does not cover."""
 
     width: float
-    host_days: int  # read from the tier
-    raw_host_days: int  # derived from raw samples
+    host_days: int  # read from the tier (every source table of them)
+    raw_host_days: int  # derived from raw samples (one source table or more)
+    tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
+
+
+def _aligned(c: layout.FileCheck) -> bool:
+    """Every row of the file lies within its folder's day (so no rollup group of one
+    day can take rows from another day's files)."""
+    lo = dt.datetime.combine(c.entry.day, dt.time(), dt.UTC)
+    return c.ts_min is not None and c.ts_max is not None and lo <= c.ts_min and c.ts_max < lo + DAY
 
 
 def attach(
     con: duckdb.DuckDBPyConnection,
     root: str,
     fs: Any,
-    good: list[layout.FileCheck],
-    local: list[str],
+    good: dict[str, list[layout.FileCheck]],
+    local: dict[str, list[str]],
     date_ok: layout.DateOk,
     host_ok: layout.HostOk,
     usable: Callable[[layout.FileCheck], bool],
-    view_sql: Callable[[list[str]], str],
+    view_sql: Callable[[str, list[str]], str],
     stage: Callable[[list[str]], list[str]],
 ) -> TierUse | None:
-    """Views over the current tier for the host-days it covers and over the raw
-    ``gpu_samples`` files of the others; None when no host-day has a current tier.
+    """Views over the current tier for the host-days it covers and over the raw files
+    of the others, per source table; None when no host-day has a current tier.
 
     ``usable`` says whether a raw file's rows all pass the reader's filters (its
     footer's time range within the time-sanity bounds); ``view_sql`` makes the
-    ``SELECT`` the reader would make over raw files; ``stage`` copies S3 objects.
+    ``SELECT`` the reader would make over raw files of a table; ``stage`` copies S3 objects.
     """
     width = _width(None)
     try:
-        want = sql_hash(width)
-        tier = current_tier(root, fs, date_ok, host_ok, want)
+        tier = current_tier(root, fs, date_ok, host_ok, width)
     except (OSError, RuntimeError):
         return None
     if not tier:
         return None
-    by_day: dict[tuple[dt.date, str], list[int]] = {}
-    for i, c in enumerate(good):
-        by_day.setdefault((c.entry.day, c.entry.host_dir), []).append(i)
-    covered: list[layout.Entry] = []
-    rest: list[str] = []
-    n_tier = 0
-    for key, idx in by_day.items():
-        cur = tier.get(key, {})
-        src = sources_hash([good[i].entry for i in idx])
-        if (
-            set(cur) == set(TIERS)
-            and all(s == src for _e, s in cur.values())
-            and all(usable(good[i]) for i in idx)
-        ):
-            covered += [e for e, _s in cur.values()]
-            n_tier += 1
-        else:
-            rest += [local[i] for i in idx]
-    if not n_tier:
+    use = TierUse(width, 0, 0)
+    raw_days: set[tuple[dt.date, str]] = set()
+    all_days: set[tuple[dt.date, str]] = set()
+    for source in SOURCES:
+        checks = good.get(source, [])
+        by_day: dict[tuple[dt.date, str], list[int]] = {}
+        for i, c in enumerate(checks):
+            by_day.setdefault((c.entry.day, c.entry.host_dir), []).append(i)
+        all_days |= set(by_day)
+        # a host with any file outside its day is read raw for this table: exact groups
+        misaligned = {c.entry.host_dir for c in checks if not _aligned(c)}
+        covered: list[layout.Entry] = []
+        rest: list[str] = []
+        for key, idx in by_day.items():
+            src = sources_hash([checks[i].entry for i in idx])
+            if (
+                key[1] not in misaligned
+                and _is_current(tier.get(key, {}), source, src)
+                and all(usable(checks[i]) for i in idx)
+            ):
+                covered += [tier[key][t][0] for t in _of(source)]
+            else:
+                rest += [local[source][i] for i in idx]
+                raw_days.add(key)
+        if not covered:
+            continue
+        paths = [e.path for e in covered]
+        if fs is not None:
+            paths = stage(paths)
+        for tier_table in _of(source):
+            mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
+            lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
+            con.execute(f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM read_parquet({lst})")
+            use.tables.add(TIERS[tier_table][0])
+        rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
+        con.execute(f"CREATE OR REPLACE VIEW {source}_rest AS {rest_sql}")
+    if not use.tables:
         return None
-    paths = [e.path for e in covered]
-    if fs is not None:
-        paths = stage(paths)
-    for tier_table in TIERS:
-        mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
-        lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
-        con.execute(f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM read_parquet({lst})")
-    if rest:
-        con.execute(f"CREATE OR REPLACE VIEW gpu_samples_rest AS {view_sql(rest)}")
-    else:
-        con.execute("CREATE OR REPLACE VIEW gpu_samples_rest AS SELECT * FROM gpu_samples LIMIT 0")
-    return TierUse(width, n_tier, len(by_day) - n_tier)
+    use.raw_host_days = len(raw_days)
+    use.host_days = len(all_days - raw_days)
+    return use
 
 
-def rollup_with_tier(con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any]) -> bool:
+def attach_opened(
+    out: Any,
+    bucket: str | os.PathLike[str],
+    s3: Any,
+    scope: Any,
+    good: dict[str, list[layout.FileCheck]],
+    local: dict[str, list[str]],
+    parts: dict[str, str],
+    hi: dt.datetime,
+    first_run: dict[str, dt.datetime],
+    stage_dir: str | os.PathLike[str] | None,
+) -> TierUse | None:
+    """:func:`attach` for :func:`analyzer.bucket.open_checked`: the finished host-days
+    of ``out``'s views are read from the stored rollup tier where it is current."""
+    from analyzer.bucket import SAMPLED_AT_RUN, _stage, _temp_stage, raw_select
+
+    def usable(c: layout.FileCheck) -> bool:
+        lo = first_run.get(c.entry.host) if c.entry.table in SAMPLED_AT_RUN else None
+        return (
+            c.ts_min is not None
+            and c.ts_max is not None
+            and c.ts_max <= hi
+            and (lo is None or c.ts_min >= lo)
+        )
+
+    def view_sql(name: str, rest: list[str]) -> str:
+        return raw_select(out.con, name, rest, parts[name], local[name])
+
+    root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
+    return attach(
+        out.con,
+        root,
+        s3,
+        {k: v for k, v in good.items() if k in parts},
+        local,
+        scope.date_ok,
+        scope.host_ok,
+        usable,
+        view_sql,
+        lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
+    )
+
+
+def rollup_with_tier(
+    con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any], use: TierUse
+) -> bool:
     """Run a first-stage rollup statement as tier + rest when the tier covers it;
     False when the statement is not one the tier stores (run it as it is)."""
-    for table in TIERS.values():
+    for table in use.tables:
         if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
             continue
-        if table == "gpu_buckets" and float(params["bucket_s"]) != _width(None):
-            return False  # the analysis buckets by another width: raw samples only
-        if "FROM gpu_samples\n" not in stmt:
+        source = next(s for t, s in TIERS.values() if t == table)
+        made = build_params(use.width)
+        refs = referenced_params(stmt)
+        if any(float(params[k]) != float(made[k]) for k in refs):
+            return False  # the analysis runs with other parameters: raw samples only
+        if f"FROM {source}\n" not in stmt:
             return False
         rest = stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1).replace(
-            "FROM gpu_samples\n", "FROM gpu_samples_rest\n"
+            f"FROM {source}\n", f"FROM {source}_rest\n"
         )
-        refs = referenced_params(rest)
         con.execute(rest, {k: params[k] for k in refs} if refs else None)
         for s in rollup._statements((COMBINE_DIR / f"{table}.sql").read_text(encoding="utf-8")):
             con.execute(s)

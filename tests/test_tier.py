@@ -68,35 +68,91 @@ def test_findings_identical_with_no_partial_and_full_tier(bucket) -> None:
     assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
 
 
-def _rewrite(f: Path, scale: float, meta: dict[bytes, bytes] | None = None) -> None:
+# a numeric column of each tier table, and the figure it holds in the rollup table
+SENTINEL = {
+    "tier_gpu_info": ("samples", "SELECT max(samples) FROM gpu_info"),
+    "tier_gpu_buckets": ("used_max", "SELECT max(used_max) FROM gpu_buckets"),
+    "tier_metric_norm": ("value", "SELECT max(value) FROM metric_norm"),
+    "tier_proc_bins": ("used_max", "SELECT max(used_max) FROM proc_bins"),
+}
+BIG = 7 * 10**15
+
+
+def _rewrite(f: Path, col: str, value: float, meta: dict[bytes, bytes] | None = None) -> None:
+    """Set ``col`` of every row of the tier file ``f`` to ``value`` (same hashes unless ``meta``)."""
     t = pq.read_table(f)
     md = dict(t.schema.metadata or {})
-    i = t.schema.get_field_index("used_max")
-    doubled = pa.array([int(v * scale) for v in t.column("used_max").to_pylist()], pa.int64())
+    i = t.schema.get_field_index(col)
+    new = pa.array([value] * t.num_rows, t.schema.field(i).type)
     f.unlink()
-    pq.write_table(
-        t.set_column(i, "used_max", doubled).replace_schema_metadata(md | (meta or {})), f
-    )
+    pq.write_table(t.set_column(i, col, new).replace_schema_metadata(md | (meta or {})), f)
+
+
+def _rollup_figure(bucket: Path, sql: str) -> float:
+    from analyzer import bucket as bucket_mod
+    from analyzer import logevents, rollup
+
+    opened = bucket_mod.open_checked(bucket, now=NOW)
+    try:
+        logevents.build(opened.con)
+        overrides = rollup.with_width({}, opened.span_s)
+        rollup.build(opened.con, overrides.get("rollup"), tier=opened.tier)
+        row = opened.con.execute(sql).fetchone()
+        assert row is not None
+        return float(row[0])
+    finally:
+        opened.con.close()
 
 
 def test_the_tier_is_read_where_current(bucket) -> None:
     none = _doc(bucket)
     tier.build(bucket, before=NOW.date())
-    for f in (bucket / "tier_gpu_buckets").rglob("*.parquet"):
-        _rewrite(f, 0.25)  # same hashes, other numbers: the analysis must show them
+    for t, (col, sql) in SENTINEL.items():
+        assert _rollup_figure(bucket, sql) < BIG
+        files = sorted((bucket / t).rglob("*.parquet"))
+        assert len(files) == 4, t  # two hosts, two days
+        for f in files:
+            _rewrite(f, col, BIG)  # same hashes, other numbers: the analysis must show them
+        assert _rollup_figure(bucket, sql) >= BIG, t  # gpu_info sums its days
     assert _doc(bucket) != none
 
 
-def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket) -> None:
+@pytest.mark.parametrize("stale_table", sorted(SENTINEL))
+def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket, stale_table: str) -> None:
     none = _doc(bucket)
     tier.build(bucket, before=NOW.date())
-    stale = [f for f in _tier_files(bucket) if "tier_gpu_buckets" in str(f)]
+    col, sql = SENTINEL[stale_table]
+    stale = [f for f in _tier_files(bucket) if f"{stale_table}/" in str(f)]
+    assert stale
     for f in stale:  # made by "other SQL", and with other numbers
-        _rewrite(f, 0.25, {tier.HASH_KEY: b"0" * 32})
-    assert _doc(bucket) == none  # the stale host-days come from raw samples
+        _rewrite(f, col, BIG, {tier.HASH_KEY: b"0" * 32})
+    assert _rollup_figure(bucket, sql) < BIG  # the stale host-days come from raw samples
+    assert _doc(bucket) == none
     again = tier.build(bucket, before=NOW.date())
     assert again.built == len(stale) and not any(f.exists() for f in stale)
     assert _doc(bucket) == none
+
+
+def test_other_parameters_read_raw_samples(bucket) -> None:
+    """The tier was derived with the default parameters: an analysis with another
+    per-process bin width derives proc_bins from raw samples (and still reads the rest)."""
+    from analyzer import bucket as bucket_mod
+    from analyzer import logevents, rollup
+
+    tier.build(bucket, before=NOW.date())
+    for f in (bucket / "tier_proc_bins").rglob("*.parquet"):
+        _rewrite(f, "used_max", BIG)
+    for f in (bucket / "tier_gpu_buckets").rglob("*.parquet"):
+        _rewrite(f, "used_max", BIG)
+    opened = bucket_mod.open_checked(bucket, now=NOW)
+    logevents.build(opened.con)
+    times: list[dict[str, object]] = []
+    rollup.build(opened.con, {"proc_bin_s": 600}, tier=opened.tier, timings=times)
+    by_table = {str(t["stage"]).split(":")[1]: t["tier"] for t in times}
+    assert by_table["proc_bins"] is False and by_table["gpu_buckets"] is True
+    (pb,) = opened.con.execute("SELECT max(used_max) FROM proc_bins").fetchone() or (None,)
+    (gb,) = opened.con.execute("SELECT max(used_max) FROM gpu_buckets").fetchone() or (None,)
+    assert pb is not None and pb < BIG and gb == BIG
 
 
 def test_late_data_makes_the_day_raw_until_rebuilt(bucket) -> None:
@@ -117,7 +173,7 @@ def test_tier_files_follow_the_layout(bucket) -> None:
         assert {e.day for e in entries} == {dt.date(2026, 11, 23)}
         for e in entries:
             md = pq.read_metadata(e.path).metadata
-            assert md[tier.HASH_KEY].decode() == tier.sql_hash(60.0)
+            assert md[tier.HASH_KEY].decode() == tier.sql_hash(60.0, t)
             assert md[layout.TABLE_KEY].decode() == t
 
 
@@ -157,8 +213,9 @@ def _trend(n: int, slope_bph: float) -> tuple[float, float]:
     for stmt in rollup_mod._statements(f.read_text()):
         con.execute(stmt, {"step_noise_mib": 8})
     took = time.perf_counter() - t0
-    (slope,) = con.execute("SELECT slope_bps * 3600 FROM idle_trend").fetchone()
-    return slope, took
+    row = con.execute("SELECT slope_bps * 3600 FROM idle_trend").fetchone()
+    assert row is not None
+    return row[0], took
 
 
 @pytest.mark.parametrize("n", [40, 64, 65, 3000])
