@@ -171,6 +171,14 @@ COLLECT_OPTIONS = [
     ),
     click.option("--probe-model", help="Model name for a completion --probe-url."),
     click.option(
+        "--source-timeout",
+        "source_timeouts",
+        multiple=True,
+        callback=lambda _c, _p, v: (_source_timeouts(v), v)[1],
+        help="KIND=SECONDS: how long the nvml (5), procfs (5), logs (20, all logs together) or "
+        "spool (10) source may take before it is abandoned and recorded as failed (repeatable).",
+    ),
+    click.option(
         "--state-dir",
         default=str(DEFAULT_STATE),
         show_default=True,
@@ -179,6 +187,28 @@ COLLECT_OPTIONS = [
         "$XDG_STATE_HOME/leakcollect, no root needed.",
     ),
 ]
+
+
+_TIMEOUT_FIELDS = {"nvml": "nvml_timeout", "procfs": "procfs_timeout", "logs": "log_timeout",
+                   "spool": "spool_timeout"}  # fmt: skip
+
+
+def _source_timeouts(values: tuple[str, ...]) -> dict[str, float]:
+    """``--source-timeout logs=60`` as Config fields; a bad kind or number is a usage error."""
+    out: dict[str, float] = {}
+    for v in values:
+        kind, _, secs = v.partition("=")
+        try:
+            seconds = float(secs)
+        except ValueError:
+            seconds = -1.0
+        if kind not in _TIMEOUT_FIELDS or not 0.1 <= seconds <= 3600:
+            raise click.BadParameter(
+                f"{v!r}: want KIND=SECONDS with KIND one of {', '.join(_TIMEOUT_FIELDS)} "
+                "and 0.1 to 3600 seconds"
+            )
+        out[_TIMEOUT_FIELDS[kind]] = seconds
+    return out
 
 
 def collect_options(f: Any) -> Any:
@@ -210,6 +240,7 @@ def run(
     probe_urls: tuple[str, ...],
     probe_timeout: float,
     probe_model: str | None,
+    source_timeouts: tuple[str, ...],
     state_dir: str,
 ) -> None:
     """Sample for --duration seconds, then write one file per table.
@@ -253,6 +284,8 @@ def run(
             probe_timeout=probe_timeout,
             probe_model=probe_model,
         )
+        for name, seconds in _source_timeouts(source_timeouts).items():
+            setattr(cfg, name, seconds)
         sys.exit(collect(cfg, say=say))
     finally:
         lock.close()

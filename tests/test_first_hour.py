@@ -5,6 +5,7 @@ that refuse what they do not know."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,22 @@ def test_an_unknown_time_zone_is_a_usage_error_naming_it(cmd, tmp_path) -> None:
     assert r.returncode == exitcodes.ERROR, r.stderr
     assert "unknown time zone 'Mars/Olympus'" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "b").exists()  # nothing written before the check
+
+
+def test_source_timeouts_are_options_and_a_stuck_source_says_its_limit(tmp_path) -> None:
+    """--source-timeout procfs=0.5 abandons a procfs whose files never answer (FIFOs
+    with no writer) after half a second, and says so; a bad value is a usage error."""
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    os.mkfifo(proc / "stat")
+    os.mkfifo(proc / "4242" / "cmdline")
+    common = ["run", "--once", "--no-gpu", "--bucket", str(tmp_path / "b")]
+    common += ["--state-dir", str(tmp_path / "s"), "--proc-root", str(proc)]
+    r = leakcollect(*common, "--source-timeout", "procfs=0.5")
+    assert r.returncode == 1, r.stderr
+    assert "procfs failed: procfs: abandoned after 0.5 s" in r.stderr
+    r = leakcollect(*common, "--source-timeout", "gpu=3")
+    assert r.returncode == 2 and "KIND one of nvml, procfs, logs, spool" in r.stderr
 
 
 def test_markdown_carries_the_first_remedy() -> None:
