@@ -46,7 +46,9 @@ def annotate(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> int:
         for gpu, name, t0, t1 in lives.get(f.host, []):
             if f.gpu is not None and gpu != f.gpu:
                 continue
-            if (end is not None and t0 > end) or (start is not None and t1 < start):
+            if end is not None and (t0 > end or (t0 == end and start != end)):
+                continue  # a pod that starts as the finding's span ends (its successor)
+            if start is not None and t1 < start:
                 continue
             if name not in pods:
                 pods.append(name)
