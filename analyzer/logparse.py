@@ -20,7 +20,9 @@ without ``year`` and without a dated prefix).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,11 +30,12 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from analyzer import logformats as F
+from analyzer import logread, logstamps
 
 EVENT_TYPES = F.EVENT_TYPES
 _TEXT = pl.col("text")
-# one pass over every line picks the few that any recogniser could name
-_ANY = "|".join(f"(?:{rx})" for rx in F.RECOGNISE.values())
+CHUNK_LINES = 250_000
+WORKERS = 2  # chunks parsed at once
 
 
 def _first(patterns: list[str], group: int = 1) -> pl.Expr:
@@ -63,7 +66,9 @@ def _field_expr(kind: str, patterns: list[str]) -> pl.Expr:
     if kind == "float":
         return raw.cast(pl.Float64, strict=False)
     if kind == "pct":
-        return raw.cast(pl.Float64, strict=False) / 100.0
+        # times 0.01, not / 100: polars divides a column by a constant as a multiplication
+        # by its inverse but one row exactly, so the last bit would hang on the row count
+        return raw.cast(pl.Float64, strict=False) * 0.01
     if kind == "lower":
         return raw.str.to_lowercase().str.replace_all(" ", "_")
     if kind == "bool":
@@ -82,13 +87,13 @@ def _classify() -> pl.Expr:
     return event
 
 
-def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+def _records(df: pl.DataFrame, events: pl.DataFrame, first: int) -> pl.DataFrame:
     """Each event line joined with the lines that continue it (and, for an old
     SGLang leak check, the ``available_size=`` line just before it): ``record`` with a
     space between the lines, ``record_tight`` without (null where nothing was joined)."""
     n = df.height
     texts = df["text"]
-    idx = events["line"].cast(pl.Int64) - 1
+    idx = events["line"].cast(pl.Int64) - first
     is_event = pl.Series("e", [False] * n).scatter(idx, True)
 
     def continues(pos: pl.Series) -> tuple[pl.Series, pl.Series]:
@@ -136,95 +141,38 @@ def _records(df: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     return events.with_columns(record.alias("record"), tight.alias("record_tight"))
 
 
-def _utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
-    """'YYYY-MM-DD HH:MM:SS' + optional offset ('Z', '+0800', '+08:00') -> UTC datetime."""
-    off = offset.str.replace("^Z$", "+00:00").str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2")
-    aware = (stamp + off).str.to_datetime("%Y-%m-%d %H:%M:%S%:z", strict=False, time_zone="UTC")
-    naive = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
-    if tz != "UTC":
-        naive = naive.dt.replace_time_zone(
-            tz, ambiguous="earliest", non_existent="null"
-        ).dt.convert_time_zone("UTC")
-    else:
-        naive = naive.dt.replace_time_zone("UTC")
-    return pl.when(offset.is_not_null()).then(aware).otherwise(naive)
-
-
-def _timestamps(ev: pl.DataFrame, year: int | None, tz: str) -> pl.DataFrame:
-    head = _TEXT.str.slice(0, 160)  # stamps sit at the start; long lines are not scanned
-    if ev["text"].str.contains(r"^\d{4}-\d\d-\d\d").any():  # a shipper's stamp in front
-        outer = head.str.extract_groups(F.OUTER)
-        ev = ev.with_columns(
-            head.str.replace(F.OUTER, "").alias("_rest"),
-            (outer.struct.field("1") + " " + outer.struct.field("2")).alias("_outer"),
-            outer.struct.field("3").alias("_outer_off"),
-        )
-    else:
-        ev = ev.with_columns(
-            head.alias("_rest"),
-            pl.lit(None, dtype=pl.String).alias("_outer"),
-            pl.lit(None, dtype=pl.String).alias("_outer_off"),
-        )
-    full_g = pl.col("_rest").str.extract_groups(F.FULL)
-    md_g = pl.col("_rest").str.extract_groups(F.MONTH_DAY)
-    full = full_g.struct.field("1") + " " + full_g.struct.field("2")
-    md = md_g.struct.field("1") + " " + md_g.struct.field("2")
-    md_year = pl.lit(str(year)) if year else pl.col("_outer").str.slice(0, 4)
-    ev = ev.with_columns(
-        pl.coalesce(full, pl.coalesce(md_year, pl.lit("2000")) + "-" + md, pl.col("_outer")).alias(
-            "_stamp"
-        ),
-        pl.when(full.is_not_null())
-        .then(full_g.struct.field("3"))
-        .when(md.is_not_null())
-        .then(pl.lit(None, dtype=pl.String))
-        .otherwise(pl.col("_outer_off"))
-        .alias("_off"),
-        (full.is_null() & md.is_not_null() & md_year.is_null()).alias("_no_year"),
+_STAMP_COLS = logstamps.COLUMNS
+# the output's columns in a fixed order: the same frame whichever events a chunk holds
+_ORDER = ["line", "text", "event", "engine", "ts"] + list(
+    dict.fromkeys(
+        f
+        for name in EVENT_TYPES
+        for f in (*F.FIELDS[name], *(["enabled", "version"] if name == "server_args" else []))
+        if f != "kv_usage_pct"
     )
-    stamp, off = pl.col("_stamp"), pl.col("_off")
-    if tz == "UTC" and ev["_off"].null_count() == ev.height:
-        # the common case: nothing to convert, the stamp is the answer
-        when = stamp.str.replace(" ", "T")
-        ts = pl.when(pl.col("_no_year")).then(pl.lit("--") + when.str.slice(5)).otherwise(when)
-    else:
-        utc = _utc(stamp, off, tz)
-        ts = (
-            pl.when(pl.col("_no_year"))
-            .then(pl.lit("--") + utc.dt.strftime("%m-%dT%H:%M:%S"))
-            .otherwise(utc.dt.strftime("%Y-%m-%dT%H:%M:%S"))
-        )
-    return ev.with_columns(ts.alias("ts")).drop(
-        "_rest", "_outer", "_outer_off", "_stamp", "_off", "_no_year"
-    )
+)
+_EMPTY = {"line": pl.UInt32, "event": pl.String, "engine": pl.String, "ts": pl.String}
+_Job = Callable[[], tuple[pl.DataFrame | None, int]]
 
 
-def parse_frame(
-    lines: pl.Series, engine: str = "auto", year: int | None = None, *, tz: str = "UTC"
-) -> pl.DataFrame:
-    """One row per recognised event: line (1-based), event, engine, ts, and field columns.
-
-    ``tz`` names the zone of stamps that carry no offset (an IANA name; default UTC)."""
-    ZoneInfo(tz)  # an unknown zone fails here, naming it
-    df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=1)
+def _scan(
+    lines: pl.Series, first: int, keep: tuple[int, int], engine: str, year: int | None
+) -> pl.DataFrame | None:
+    """The events of lines numbered ``first``... whose line is in ``keep`` (from, to),
+    with stamps not yet turned into ``ts``; the other lines are context (a record's
+    neighbours). None when there are none."""
+    df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=first)
     df = df.with_columns(pl.col("text").fill_null(""))
-    cand = df.filter(_TEXT.str.contains_any(F.LITERALS, ascii_case_insensitive=True))
-    cand = cand.filter(_TEXT.str.contains(_ANY))
+    cand = df.filter(_TEXT.str.contains(F.SCREEN))
     # comment lines ("# ...") are never events, except vLLM's "# GPU blocks: N" (and cuda/npu...)
     cand = cand.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))
     cand = cand.with_columns(_classify().alias("event")).filter(pl.col("event").is_not_null())
     cand = cand.filter(~_TEXT.str.replace(F.OUTER, "").str.contains(F.CODE_LINE))
     if cand.height == 0:
-        return pl.DataFrame(
-            schema={
-                "line": pl.UInt32,
-                "event": pl.String,
-                "engine": pl.String,
-                "ts": pl.String,
-                "text": pl.String,
-            }
-        )
-    cand = _records(df, cand)
+        return None
+    cand = _records(df, cand, first).filter(pl.col("line").is_between(*keep, closed="left"))
+    if cand.height == 0:
+        return None
     if engine == "auto":
         head = _TEXT.str.slice(0, 600)  # an engine's marks sit early; configs are long
         eng = (
@@ -236,7 +184,7 @@ def parse_frame(
         )
     else:
         eng = pl.lit(engine)
-    cand = _timestamps(cand.with_columns(eng.alias("engine")), year, tz)
+    cand = logstamps.stamps(cand.with_columns(eng.alias("engine")), year)
     parts = []
     for name in EVENT_TYPES:
         sub = cand.filter(pl.col("event") == name)
@@ -253,7 +201,16 @@ def parse_frame(
         parts.append(sub)
         if name == "server_args":
             parts += _implied(sub)
-    out = pl.concat(parts, how="diagonal_relaxed").drop("record", "record_tight")
+    return pl.concat(parts, how="diagonal_relaxed").drop("record", "record_tight")
+
+
+def _finish(parts: list[pl.DataFrame], tz: str) -> pl.DataFrame:
+    """One frame from the chunks' events: ``ts``, the file's majority engine, line order."""
+    if not parts:
+        return pl.DataFrame(schema={**_EMPTY, "text": pl.String})
+    out = pl.concat(parts, how="diagonal_relaxed")
+    out = out.with_columns(logstamps.ts(out, tz).alias("ts")).drop(*_STAMP_COLS)
+    out = out.select(c for c in _ORDER if c in out.columns)
     # the engine of a line that does not say falls back to the file's majority
     known = out.filter(pl.col("engine").is_not_null())["engine"]
     if known.len():
@@ -261,11 +218,83 @@ def parse_frame(
     return out.sort("line", "event")
 
 
+def _run(jobs: Iterator[_Job], tz: str) -> tuple[pl.DataFrame, int]:
+    """Runs the chunk jobs ``WORKERS`` at a time (polars lets go of the GIL), few ahead so
+    memory stays bounded; each chunk's lines are numbered after the chunks before it."""
+    parts: list[pl.DataFrame] = []
+    line = 0
+    with ThreadPoolExecutor(WORKERS) as pool:
+        pending: deque[Future[tuple[pl.DataFrame | None, int]]] = deque()
+
+        def take() -> None:
+            nonlocal line
+            frame, n = pending.popleft().result()
+            if frame is not None:
+                parts.append(frame.with_columns((pl.col("line") + line).cast(pl.UInt32)))
+            line += n
+
+        for job in jobs:
+            pending.append(pool.submit(job))
+            if len(pending) > WORKERS:
+                take()
+        while pending:
+            take()
+    return _finish(parts, tz), line
+
+
+def parse_frame(
+    lines: pl.Series,
+    engine: str = "auto",
+    year: int | None = None,
+    *,
+    tz: str = "UTC",
+    chunk_lines: int = CHUNK_LINES,
+) -> pl.DataFrame:
+    """One row per recognised event: line (1-based), event, engine, ts, and field columns.
+
+    ``tz`` names the zone of stamps that carry no offset (an IANA name; default UTC).
+    Long inputs are parsed ``chunk_lines`` at a time, with the same result."""
+    ZoneInfo(tz)  # an unknown zone fails here, naming it
+    n, step, ctx = lines.len(), max(chunk_lines, 1), F.MAX_CONTINUATION
+
+    def job(lo: int) -> _Job:
+        hi = min(lo + step, n)
+        a = max(lo - 1, 0)  # from the line before (an old leak check's numbers)
+        window = lines.slice(a, min(hi + ctx, n) - a)
+        return lambda: (_scan(window, a + 1 - lo, (1, hi - lo + 1), engine, year), hi - lo)
+
+    return _run((job(lo) for lo in range(0, n, step)), tz)[0]
+
+
+def parse_file(
+    path: str | Path,
+    engine: str = "auto",
+    year: int | None = None,
+    *,
+    tz: str = "UTC",
+    chunk_bytes: int = logread.CHUNK_BYTES,
+) -> tuple[pl.DataFrame, int]:
+    """``parse_frame`` of a file's lines, and how many lines it has, read ``chunk_bytes``
+    at a time: memory stays bounded by a few chunks whatever the file's size."""
+    ZoneInfo(tz)
+
+    def job(w: logread.Window) -> _Job:
+        def run() -> tuple[pl.DataFrame | None, int]:
+            lines = logread.decode(w.data)
+            n = lines.len() - w.before - w.after
+            return _scan(lines, 1 - w.before, (1, n + 1), engine, year), n
+
+        return run
+
+    windows = logread.windows(path, chunk_bytes, after=F.MAX_CONTINUATION)
+    return _run((job(w) for w in windows), tz)
+
+
 def _implied(sub: pl.DataFrame) -> list[pl.DataFrame]:
     """Events a configuration line states besides its flags: SGLang's ServerArgs says
     whether the fast image processor is on; vLLM's engine-config line (and a version
     line collapsed onto an args line) says the version."""
-    keep = ["line", "text", "engine", "ts"]
+    keep = ["line", "text", "engine", *_STAMP_COLS]
     fip = sub.filter(pl.col("disable_fast_image_processor").is_not_null()).select(
         *keep,
         pl.lit("fast_image_processor").alias("event"),
@@ -281,23 +310,8 @@ def _implied(sub: pl.DataFrame) -> list[pl.DataFrame]:
 
 
 def read_lines(path: str | Path) -> pl.Series:
-    """Every line of the file (empty lines kept, so line numbers hold), read in Rust.
-
-    Invalid UTF-8 is replaced. A line containing the unit-separator byte (0x1f) is
-    cut there: the reader splits on it."""
-    if Path(path).stat().st_size == 0:
-        return pl.Series("text", [], dtype=pl.String)
-    df = pl.read_csv(
-        path,
-        has_header=False,
-        separator="\x1f",
-        quote_char=None,
-        new_columns=["text"],
-        truncate_ragged_lines=True,
-        encoding="utf8-lossy",
-        infer_schema=False,
-    )
-    return df["text"].fill_null("")
+    """Every line of the file (empty lines kept, so line numbers hold); see ``logread``."""
+    return logread.read_lines(path)
 
 
 def events(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:

@@ -60,12 +60,10 @@ def logs_parse(
     from analyzer import logparse
 
     t0 = time.perf_counter()
-    try:
-        lines = logparse.read_lines(file)
+    try:  # read and parsed a chunk at a time: memory stays bounded on any log size
+        frame, n_lines = logparse.parse_file(file, engine, year, tz=tz)
     except OSError as e:
         die(f"{file}: {e}")
-    try:
-        frame = logparse.parse_frame(lines, engine, year, tz=tz)
     except (KeyError, ValueError) as e:  # an unknown --tz
         die(f"--tz {tz}: unknown time zone ({e})")
     if fmt == "jsonl":
@@ -78,9 +76,7 @@ def logs_parse(
         ]
         text = "\n".join(rows) + ("\n" if rows else "")
     write_out(text, out)
-    console()(
-        f"{file}: {lines.len()} lines, {frame.height} events in {time.perf_counter() - t0:.2f}s"
-    )
+    console()(f"{file}: {n_lines} lines, {frame.height} events in {time.perf_counter() - t0:.2f}s")
 
 
 @logs.command("grade")

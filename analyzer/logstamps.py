@@ -1,0 +1,82 @@
+"""Log line timestamps, in two steps: ``stamps`` finds each line's stamp (regex work,
+line by line, so any chunk of lines at a time), ``ts`` turns a parse's stamps into UTC.
+
+The engine's own stamp wins over a collector's or docker's stamp in front of it; a
+stamp with an offset (``Z``, ``+08:00``) is converted to UTC; a naive stamp is read in
+``tz``. ``ts`` is ``YYYY-MM-DDTHH:MM:SS`` in UTC, or ``--MM-DDTHH:MM:SS`` when the year
+is unknown.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer import logformats as F
+
+_TEXT = pl.col("text")
+COLUMNS = ("_stamp", "_off", "_no_year")
+
+
+def to_utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
+    """'YYYY-MM-DD HH:MM:SS' + optional offset ('Z', '+0800', '+08:00') -> UTC datetime."""
+    off = offset.str.replace("^Z$", "+00:00").str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2")
+    aware = (stamp + off).str.to_datetime("%Y-%m-%d %H:%M:%S%:z", strict=False, time_zone="UTC")
+    naive = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+    if tz != "UTC":
+        naive = naive.dt.replace_time_zone(
+            tz, ambiguous="earliest", non_existent="null"
+        ).dt.convert_time_zone("UTC")
+    else:
+        naive = naive.dt.replace_time_zone("UTC")
+    return pl.when(offset.is_not_null()).then(aware).otherwise(naive)
+
+
+def stamps(ev: pl.DataFrame, year: int | None) -> pl.DataFrame:
+    """Each line's stamp as written (``_stamp``), its offset (``_off``) and whether it lacks
+    a year (``_no_year``): the regex work, line by line; ``ts`` turns them into ``ts``."""
+    head = _TEXT.str.slice(0, 160)  # stamps sit at the start; long lines are not scanned
+    if ev["text"].str.contains(r"^\d{4}-\d\d-\d\d").any():  # a shipper's stamp in front
+        outer = head.str.extract_groups(F.OUTER)
+        ev = ev.with_columns(
+            head.str.replace(F.OUTER, "").alias("_rest"),
+            (outer.struct.field("1") + " " + outer.struct.field("2")).alias("_outer"),
+            outer.struct.field("3").alias("_outer_off"),
+        )
+    else:  # (the same result, without the scans)
+        ev = ev.with_columns(
+            head.alias("_rest"),
+            pl.lit(None, dtype=pl.String).alias("_outer"),
+            pl.lit(None, dtype=pl.String).alias("_outer_off"),
+        )
+    full_g = pl.col("_rest").str.extract_groups(F.FULL)
+    md_g = pl.col("_rest").str.extract_groups(F.MONTH_DAY)
+    full = full_g.struct.field("1") + " " + full_g.struct.field("2")
+    md = md_g.struct.field("1") + " " + md_g.struct.field("2")
+    md_year = pl.lit(str(year)) if year else pl.col("_outer").str.slice(0, 4)
+    return ev.with_columns(
+        pl.coalesce(full, pl.coalesce(md_year, pl.lit("2000")) + "-" + md, pl.col("_outer")).alias(
+            "_stamp"
+        ),
+        pl.when(full.is_not_null())
+        .then(full_g.struct.field("3"))
+        .when(md.is_not_null())
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(pl.col("_outer_off"))
+        .alias("_off"),
+        (full.is_null() & md.is_not_null() & md_year.is_null()).alias("_no_year"),
+    ).drop("_rest", "_outer", "_outer_off")
+
+
+def ts(ev: pl.DataFrame, tz: str) -> pl.Expr:
+    """``ts`` from ``stamps``' columns, for all the events of a parse at once."""
+    stamp, off = pl.col("_stamp"), pl.col("_off")
+    if tz == "UTC" and ev["_off"].null_count() == ev.height:
+        # the common case: nothing to convert, the stamp is the answer
+        when = stamp.str.replace(" ", "T")
+        return pl.when(pl.col("_no_year")).then(pl.lit("--") + when.str.slice(5)).otherwise(when)
+    utc = to_utc(stamp, off, tz)
+    return (
+        pl.when(pl.col("_no_year"))
+        .then(pl.lit("--") + utc.dt.strftime("%m-%dT%H:%M:%S"))
+        .otherwise(utc.dt.strftime("%Y-%m-%dT%H:%M:%S"))
+    )
