@@ -170,8 +170,11 @@ def free_port() -> int:
 class PromServer:
     """``prometheus`` over a TSDB folder on 127.0.0.1; stopped on exit."""
 
-    def __init__(self, tsdb: Path, workdir: Path, *, max_samples: int | None = None) -> None:
+    def __init__(
+        self, tsdb: Path, workdir: Path, *, max_samples: int | None = None, compact: bool = True
+    ) -> None:
         self.tsdb, self.workdir, self.max_samples = tsdb, workdir, max_samples
+        self.compact = compact  # False: backfilled 2 h blocks stay as they are
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -189,6 +192,8 @@ class PromServer:
         ]
         if self.max_samples:
             args.append(f"--query.max-samples={self.max_samples}")
+        if not self.compact:
+            args += ["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"]
         log = open(self.workdir / f"prometheus-{self.port}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         deadline = time.monotonic() + 60
@@ -222,12 +227,22 @@ def lines(path: Path) -> Iterator[str]:
 
 
 def synthetic(
-    out: IO[str], gpus: int, hours: float, step_s: int = 15, t0: float = 1795392000.0
+    out: IO[str],
+    gpus: int,
+    hours: float,
+    step_s: int = 15,
+    t0: float = 1795392000.0,
+    first: int = 0,
+    count: int | None = None,
 ) -> int:
     """dcgm-exporter series alone for a large fleet (8 GPUs a host; every third GPU leaks
-    1 MiB a minute), written fast: for memory and throughput at scale, not for verdicts."""
+    1 MiB a minute; memory and utilisation vary step to step, so the TSDB compresses
+    them as it would real ones), written fast: for memory and throughput at scale, not
+    for verdicts. ``first``/``count`` write steps [first, first + count) of the window
+    alone (a backfill in pieces); returns the number of samples written."""
     n = int(hours * 3600 // step_s)
-    count = 0
+    steps = range(first, min(n, first + count) if count is not None else n)
+    total = 0
     for metric in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_UTIL"):
         out.write(f"# TYPE {metric} gauge\n")
         for g in range(gpus):
@@ -238,12 +253,17 @@ def synthetic(
             )
             leak = 1.0 / 60 if g % 3 == 0 else 0.0
             lines = []
-            for i in range(n):
+            for i in steps:
                 t = t0 + i * step_s
-                used = 60000 + leak * i * step_s
-                v = used if metric.endswith("USED") else 81559 - used if "FREE" in metric else 50
+                used = 60000 + leak * i * step_s + 16 * ((i * 7 + g) % 5)
+                if metric.endswith("USED"):
+                    v = used
+                elif "FREE" in metric:
+                    v = 81559 - used
+                else:
+                    v = (i * 37 + g * 11) % 101
                 lines.append(f"{metric}{lab} {v:.0f} {t:.0f}\n")
             out.write("".join(lines))
-            count += n
+            total += len(lines)
     out.write("# EOF\n")
-    return count
+    return total

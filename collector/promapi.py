@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -43,6 +44,7 @@ class PromClient:
     sleep: Callable[[float], None] = time.sleep
     requests: int = 0
     bytes_read: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -63,10 +65,12 @@ class PromClient:
                 **self.headers,
             },
         )
-        self.requests += 1
+        with self._lock:
+            self.requests += 1
         with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310 - operator-given URL
             raw = r.read(MAX_BODY + 1)
-        self.bytes_read += len(raw)
+        with self._lock:
+            self.bytes_read += len(raw)
         if len(raw) > MAX_BODY:
             raise PromError("server", f"{self.url}{path}: response larger than {MAX_BODY} bytes")
         if matrix:

@@ -115,6 +115,13 @@ def _label_names(raw: tuple[str, ...]) -> tuple[str, ...]:
     type=click.IntRange(10_000),
     help="Points per chunk, all series of a host batch together (bounds memory).",
 )
+@click.option(
+    "--concurrency",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 32),
+    help="Requests in flight (the next chunk is fetched while one is written).",
+)
 def prometheus(
     url: str,
     start: str,
@@ -131,6 +138,7 @@ def prometheus(
     retries: int,
     max_series: int,
     points: int,
+    concurrency: int,
 ) -> None:
     """dcgm-exporter and SGLang/vLLM series from a Prometheus server into the bucket.
 
@@ -172,6 +180,7 @@ def prometheus(
             lookback=duration(lookback, "--lookback") if lookback else None,
             max_series=max_series,
             points=points,
+            concurrency=concurrency,
         )
         if replica_labels:
             opts.replica_labels = _label_names(replica_labels)

@@ -20,7 +20,9 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -48,6 +50,7 @@ class Options:
     lookback: float | None = None
     max_series: int = 256  # series per host batch
     points: int = 400_000  # points per query
+    concurrency: int = 4  # requests in flight
     # HA pairs: labels that tell replicas of one series apart, dropped (one sample a step)
     replica_labels: tuple[str, ...] = REPLICA_LABELS
 
@@ -113,11 +116,25 @@ def discover(client: PromClient, mapping: Mapping, opts: Options) -> Plan:
     gpu_sets = client.series(sel, opts.start, opts.end)
     esel = [f"{m}{{{extra}}}" if extra else m for m in mapping.engine]
     engine_sets = client.series(esel, opts.start, opts.end) if esel else []
-    drop = set(opts.replica_labels)
-    if drop:  # an HA pair's replicas of one series become one series
+    # an HA pair's replicas of one series become one series; only the replica labels
+    # that occur are aggregated away (the aggregation costs the server several times
+    # the query itself)
+    drop = {k for s in (*gpu_sets, *engine_sets) for k in s if k in opts.replica_labels}
+    opts.replica_labels = tuple(k for k in opts.replica_labels if k in drop)
+    if drop:
         gpu_sets = [{k: v for k, v in s.items() if k not in drop} for s in gpu_sets]
         engine_sets = [{k: v for k, v in s.items() if k not in drop} for s in engine_sets]
     return make_plan(gpu_sets, engine_sets, mapping, opts.hosts)
+
+
+@dataclass
+class _Chunk:
+    b: int  # batch number, from 1
+    batch: list[str]  # its hosts
+    by_key: dict[tuple[str, tuple[tuple[str, str], ...]], Series]
+    groups: dict[tuple[str, str], list[str]]
+    t0: float
+    t1: float
 
 
 class _Fetcher:
@@ -203,57 +220,81 @@ def run_import(
     columns = _gpu_columns()  # the workload columns only where the schema has them
     batches = plan.batches(opts.max_series)
     say(f"{len(plan.series)} series on {len(hosts)} hosts in {len(batches)} batches")
-    for b, batch in enumerate(batches, 1):
-        members = set(batch)
-        series = [s for s in plan.series if s.host in members]
-        by_key = {(s.metric, s.labels): s for s in series}
-        groups = _groups(series)
-        # every series of the batch in one chunk stays within --points, all metrics together
-        steps = max(1, min(MAX_POINTS_PER_SERIES, opts.points // max(len(series), 1)))
-        t0 = opts.start
-        while t0 <= opts.end:
-            t1 = min(opts.end, t0 + (steps - 1) * step)
-            n = int(round((t1 - t0) / step)) + 1
-            grid = GpuGrid(t0, n, step)
-            etables: list[pa.Table] = []
-            for (metric, by), values in groups.items():
-                m = fetcher.fetch(metric, by, values, t0, t1)
-                owners: list[str | None] = []
-                part = grid.part(m) if metric in mapping.gpu else None
-                for labels, first, count in zip(m.labels, m.starts(), m.counts, strict=True):
-                    key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
-                    s = by_key.get((metric, key)) if count else None
-                    owners.append(s.host if s is not None else None)
-                    if s is not None:
-                        stats.samples += count
-                        born.setdefault((metric, key), m.t[first].as_py())
-                    if part is not None:
-                        column, scale = mapping.gpu[metric]
-                        g = plan.gpu.get(key) if s is not None else None
-                        grid.keep(part, owners[-1], g, column, scale, born.get((metric, key), 0.0))
-                if part is None and m.points:
-                    for lab in m.labels:  # some versions keep __name__ in *_over_time
-                        lab["__name__"] = metric
-                    etables.append(engine_table(m, owners, source))
-            tables = grid.tables()
-            for host in batch:
-                w = BucketWriter(bucket, host)
-                gt = tables.get(host)
-                if gt is not None and gt.num_rows:
-                    gt = gt.select([c for c in gt.column_names if c in columns])
-                    stats.files += len(w.write("gpu_samples", gt))
-                    stats.add(host, "gpu_samples", gt.num_rows)
-                mine = [e.filter(pc.equal(e["host"], host)) for e in etables]
-                mine = [x.drop_columns(["host"]) for x in mine if x.num_rows]
-                if mine:
-                    mt = pa.concat_tables(mine)
-                    stats.files += len(w.write("metric_samples", mt))
-                    stats.add(host, "metric_samples", mt.num_rows)
-            say(
-                f"[batch {b}/{len(batches)}] {_iso(t0)[:16]} .. {_iso(t1)[:16]}: "
-                f"{stats.samples:,} samples read, {time.perf_counter() - t_begin:.0f}s"
-            )
-            t0 = t1 + step
+
+    def chunks() -> Iterator[_Chunk]:
+        for b, batch in enumerate(batches, 1):
+            members = set(batch)
+            series = [s for s in plan.series if s.host in members]
+            by_key = {(s.metric, s.labels): s for s in series}
+            groups = _groups(series)
+            # every series of the batch in one chunk stays within --points, all metrics together
+            steps = max(1, min(MAX_POINTS_PER_SERIES, opts.points // max(len(series), 1)))
+            t0 = opts.start
+            while t0 <= opts.end:
+                t1 = min(opts.end, t0 + (steps - 1) * step)
+                yield _Chunk(b, batch, by_key, groups, t0, t1)
+                t0 = t1 + step
+
+    def store(c: _Chunk, fetched: dict[tuple[str, str], Future[Matrix]]) -> None:
+        grid = GpuGrid(c.t0, int(round((c.t1 - c.t0) / step)) + 1, step)
+        etables: list[pa.Table] = []
+        for (metric, _by), fut in fetched.items():
+            m = fut.result()
+            owners: list[str | None] = []
+            part = grid.part(m) if metric in mapping.gpu else None
+            for labels, first, count in zip(m.labels, m.starts(), m.counts, strict=True):
+                key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+                s = c.by_key.get((metric, key)) if count else None
+                owners.append(s.host if s is not None else None)
+                if s is not None:
+                    stats.samples += count
+                    born.setdefault((metric, key), m.t[first].as_py())
+                if part is not None:
+                    column, scale = mapping.gpu[metric]
+                    g = plan.gpu.get(key) if s is not None else None
+                    grid.keep(part, owners[-1], g, column, scale, born.get((metric, key), 0.0))
+            if part is None and m.points:
+                for lab in m.labels:  # some versions keep __name__ in *_over_time
+                    lab["__name__"] = metric
+                etables.append(engine_table(m, owners, source))
+        tables = grid.tables()
+        for host in c.batch:
+            w = BucketWriter(bucket, host)
+            gt = tables.get(host)
+            if gt is not None and gt.num_rows:
+                gt = gt.select([x for x in gt.column_names if x in columns])
+                stats.files += len(w.write("gpu_samples", gt))
+                stats.add(host, "gpu_samples", gt.num_rows)
+            mine = [e.filter(pc.equal(e["host"], host)) for e in etables]
+            mine = [x.drop_columns(["host"]) for x in mine if x.num_rows]
+            if mine:
+                mt = pa.concat_tables(mine)
+                stats.files += len(w.write("metric_samples", mt))
+                stats.add(host, "metric_samples", mt.num_rows)
+        say(
+            f"[batch {c.b}/{len(batches)}] {_iso(c.t0)[:16]} .. {_iso(c.t1)[:16]}: "
+            f"{stats.samples:,} samples read, {time.perf_counter() - t_begin:.0f}s"
+        )
+
+    # the next chunk's queries run (on the server, and decoding here) while this one is
+    # stored: at most --concurrency requests in flight, two chunks in memory
+    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
+        pending: deque[tuple[_Chunk, dict[tuple[str, str], Future[Matrix]]]] = deque()
+        try:
+            for c in chunks():
+                fut = {
+                    g: pool.submit(fetcher.fetch, g[0], g[1], v, c.t0, c.t1)
+                    for g, v in c.groups.items()
+                }
+                pending.append((c, fut))
+                if len(pending) > 1:
+                    store(*pending.popleft())
+            while pending:
+                store(*pending.popleft())
+        finally:
+            for _c, fut in pending:
+                for f in fut.values():
+                    f.cancel()
     now = dt.datetime.now(dt.UTC)
     owner = {(x.metric, x.by, x.value): x.host for x in plan.series}
     lost: dict[str, list[str]] = {}
