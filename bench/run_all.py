@@ -112,6 +112,20 @@ def table(res: dict[str, Any]) -> str:
         )
     elif pr:
         rows.append(f"| `leakcollect import prometheus` | — | — | — | — | {pr.get('skipped')} |")
+    pw = res.get("prom_week", {})  # bench/prom_week.py; the size: --gpus 1000 --hours 168
+    if "import" in pw:
+        im = pw["import"]
+        rows.append(
+            f"| `leakcollect import prometheus`, dcgm-exporter only ({pw['gpus']:,} GPUs, "
+            f"{pw['hours']:g} h at {pw['step_s']} s, real Prometheus) | {im['samples']:,} samples "
+            f"| {im['seconds']:.3f} | {im['seconds'] / scan:.1f} | {im['peak_rss_mb']:.0f} "
+            f"| {im['samples_per_s']:,} samples/s; a scan of the bucket it wrote: "
+            f"{pw['local_scan']['rows_per_s']:,} rows/s |"
+        )
+    elif pw:
+        rows.append(
+            f"| `leakcollect import prometheus` (fleet) | — | — | — | — | {pw.get('skipped')} |"
+        )
     rp = res.get("reports", {})
     if rp:
         rows.append(
@@ -240,6 +254,8 @@ def main(out_dir: str, tiny: bool) -> None:
         _run("logparse_bench.py", str(out / "logparse.json"), "1024")
     _run("scale_bench.py", str(out / "scale.json"), *scale)
     _run("prom_bench.py", str(out / "prom.json"), *(["4", "2"] if tiny else ["16", "24"]))
+    week = ["--gpus", "16", "--hours", "6"] if tiny else ["--gpus", "64", "--hours", "24"]
+    _run("prom_week.py", str(out / "prom_week.json"), *week)
     _run(
         "fleet_bench.py",
         str(out / "reports.json"),
@@ -251,7 +267,7 @@ def main(out_dir: str, tiny: bool) -> None:
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "tiny": tiny,
     }
-    for name in ("collector", "logparse", "scale", "tier", "prom", "reports"):
+    for name in ("collector", "logparse", "scale", "tier", "prom", "prom_week", "reports"):
         res[name] = json.loads((out / f"{name}.json").read_text())
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "results.md").write_text(table(res))

@@ -445,3 +445,20 @@ def test_an_overlapping_window_is_not_imported_twice(fleet: dict[str, Any], tmp_
     other = tmp_path / "other"
     assert _import(fleet["url"], other, "--host", "cache-warmup-00").returncode == 0
     assert _import(fleet["url"], other, "--host", "healthy-static-00").returncode == 0
+
+
+def test_prom_week_bench_runs(tmp_path: Path) -> None:
+    out = tmp_path / "week.json"
+    subprocess.run(
+        [sys.executable, "bench/prom_week.py", str(out), "--gpus", "8", "--hours", "2"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    res = json.loads(out.read_text())
+    # 8 GPUs, 2 h at 15 s: 480 steps of used, free and utilisation each, read once
+    assert res["backfill"]["samples"] == res["import"]["samples"] == 8 * 480 * 3
+    assert res["local_scan"]["rows"] == 8 * 480
+    assert 0 < res["import"]["peak_rss_mb"] < 1024
+    assert "real server" in res["source"]
