@@ -5,7 +5,8 @@ Layout: ``<bucket>/<table>/date=YYYY-MM-DD/host=<host>/<table>-<start>-<uuid>.pa
 A file is written under a hidden temporary name in its final folder, flushed to
 disk, then linked to its final name (which fails rather than overwrite), so a
 reader globbing ``*.parquet`` never sees half a file and a crash leaves at most
-a hidden temporary file behind.
+a hidden temporary file behind. On S3 a file is one PUT under a unique name: an
+object appears whole or not at all and never replaces another.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collector.layout import (
 from collector.schema import SCHEMA_VERSION, table
 
 __all__ = ["COMPACT_MARK", "TMP_PREFIX", "BucketWriter", "encode_host", "write_compacted"]
+COMPRESSION = "zstd"
 
 
 def _file_metadata(table_name: str, extra: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
@@ -80,12 +82,13 @@ class BucketWriter:
 
         self.s3 = s3_filesystem() if is_s3(bucket) else None
         self.s3_root = s3_root(str(bucket)) if self.s3 is not None else ""
-        self.root = Path(bucket) if self.s3 is None else Path("/")
+        self.root = Path(bucket)  # a local bucket's folder (unused for S3)
         self.host = host  # the real name, in the ``host`` column; encoded in paths
         self.host_dir = encode_host(host)
 
-    def partition_dir(self, table_name: str, date: dt.date) -> Path:
-        return self.root / partition(table_name, date, self.host, self.host_dir)
+    def _rel(self, kind: str, day: dt.date, name: str) -> str:
+        """``<kind>/date=.../host=.../<name>``: where a file goes inside the bucket."""
+        return f"{partition(kind, day, self.host, self.host_dir)}/{name}"
 
     def write(self, table_name: str, rows: Iterable[Mapping[str, Any]] | pa.Table) -> list[Path]:
         """Write rows, one file per UTC date they span. Returns the files written."""
@@ -118,14 +121,17 @@ class BucketWriter:
         mark: str = "-",
         name: str | None = None,
     ) -> Path:
-        if self.s3 is not None:
-            return self._put_s3(table_name, day, data, extra, mark, name)
-        folder = self.partition_dir(table_name, day)
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / (name or _file_name(table_name, data, mark))
-        tmp = folder / f"{TMP_PREFIX}{final.name}"
+        rel = self._rel(table_name, day, name or _file_name(table_name, data, mark))
         data = data.replace_schema_metadata(_file_metadata(table_name, extra))
-        pq.write_table(data, tmp, compression="zstd")
+        if self.s3 is not None:  # one PUT: an object appears whole or not at all
+            key = f"{self.s3_root}/{rel}"
+            pq.write_table(data, key, filesystem=self.s3, compression=COMPRESSION)
+            return Path("s3://" + key)
+        final = self.root / rel
+        folder = final.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{TMP_PREFIX}{final.name}"
+        pq.write_table(data, tmp, compression=COMPRESSION)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -138,38 +144,18 @@ class BucketWriter:
         _fsync_dir(folder)
         return final
 
-    def _put_s3(
-        self,
-        table_name: str,
-        day: dt.date,
-        data: pa.Table,
-        extra: dict[bytes, bytes] | None = None,
-        mark: str = "-",
-        name: str | None = None,
-    ) -> Path:
-        """One PUT per file: an object appears whole or not at all; a unique name never overwrites."""
-        name = name or _file_name(table_name, data, mark)
-        key = (
-            f"{self.s3_root}/{partition(table_name, day, self.host, self.host_dir)}/{name}".lstrip(
-                "/"
-            )
-        )
-        data = data.replace_schema_metadata(_file_metadata(table_name, extra))
-        pq.write_table(data, key, filesystem=self.s3, compression="zstd")
-        return Path("s3://" + key)
-
     def put_file(self, kind: str, day: dt.date, src: Path) -> str:
         """Copy a file that is not a table (a memory snapshot) to
         ``<bucket>/<kind>/date=.../host=.../<name>``, atomically; returns where it went."""
         data = src.read_bytes()
         if self.s3 is not None:
-            key = f"{self.s3_root}/{partition(kind, day, self.host, self.host_dir)}/{src.name}"
-            with self.s3.open_output_stream(key.lstrip("/")) as out:
+            key = f"{self.s3_root}/{self._rel(kind, day, src.name)}"
+            with self.s3.open_output_stream(key) as out:
                 out.write(data)
-            return "s3://" + key.lstrip("/")
-        folder = self.root / partition(kind, day, self.host, self.host_dir)
+            return "s3://" + key
+        final = self.root / self._rel(kind, day, src.name)
+        folder = final.parent
         folder.mkdir(parents=True, exist_ok=True)
-        final = folder / src.name
         tmp = folder / f"{TMP_PREFIX}{src.name}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -236,7 +222,7 @@ def replaced_by(path: str | os.PathLike[str], filesystem: Any = None) -> list[st
     """The file names a compacted file stands for (empty for an ordinary file)."""
     import json
 
-    md = pq.read_schema(str(path) if filesystem else path, filesystem=filesystem).metadata or {}
+    md = pq.read_schema(str(path), filesystem=filesystem).metadata or {}
     raw = md.get(REPLACES_KEY)
     return list(json.loads(raw)) if raw else []
 

@@ -68,7 +68,8 @@ def test_files_carry_their_metadata_and_are_never_overwritten(tmp_path) -> None:
         "leakreport.collector_version": __version__,
         "leakreport.table": "gpu_samples",
     }
-    assert replaced_by(f) == []
+    assert replaced_by(f) == [] and replaced_by(str(f)) == []
+    assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
     data = pq.read_table(f)
     with pytest.raises(FileExistsError):
         w._write_file("gpu_samples", T.date(), data, name=f.name)
@@ -88,14 +89,19 @@ def test_compacted_and_derived_files(tmp_path) -> None:
     assert d.name.startswith("gpu_samples-20260105T000000000000Z-")
     assert read_metadata(d)["leakreport.tier"] == "x"
     assert d.parent.relative_to(tmp_path).as_posix() == "gpu_samples/date=2026-01-05/host=h"
+    # a folder named otherwise than encode_host would name it today is compacted in place
+    old = write_compacted(tmp_path, "h%2fx", "gpu_samples", T.date(), data, ["a.parquet"])
+    assert old.parent.relative_to(tmp_path).as_posix() == "gpu_samples/date=2026-01-05/host=h%2fx"
+    new = write_derived(tmp_path, "h%2fx", "gpu_samples", T.date(), data, {})
+    assert new.parent == old.parent
 
 
 def test_put_file_copies_atomically(tmp_path) -> None:
     src = tmp_path / "snap.pickle"
     src.write_bytes(b"\x00snapshot")
-    w = BucketWriter(tmp_path / "b", "h")
+    w = BucketWriter(tmp_path / "b", "gpu/h")
     where = w.put_file("memory_snapshots", T.date(), src)
-    assert Path(where) == tmp_path / "b/memory_snapshots/date=2026-01-05/host=h/snap.pickle"
+    assert Path(where) == tmp_path / "b/memory_snapshots/date=2026-01-05/host=gpu%2Fh/snap.pickle"
     assert Path(where).read_bytes() == b"\x00snapshot"
     assert not [p for p in (tmp_path / "b").rglob("*") if p.name.startswith(TMP_PREFIX)]
     src.write_bytes(b"new")
