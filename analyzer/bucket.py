@@ -169,6 +169,8 @@ def open_checked(
     if limit:
         con.execute(f"SET memory_limit = '{limit}'")  # checked by parse_memory_limit
     con.execute("SET TimeZone = 'UTC'")
+    # every rollup binds the views again: footers read once, not per statement
+    con.execute("SET parquet_metadata_cache = true")
     out = Opened(con, {})
     if s3 is not None:
         stage_dir = stage_dir or _temp_stage()

@@ -133,11 +133,17 @@ def build(
             except duckdb.Error as e:
                 raise RuntimeError(f"{f.name}: {e}") from e
             if timings is not None:
+                took = round(time.perf_counter() - t0, 4)
                 m = _CREATES.search(stmt)
+                rows = None
+                if m and " TABLE " in m.group(0):
+                    row = con.execute(f"SELECT count(*) FROM {m.group(1)}").fetchone()
+                    rows = int(row[0]) if row else None
                 timings.append(
                     {
                         "stage": f"{f.name}:{m.group(1) if m else '?'}",
-                        "seconds": round(time.perf_counter() - t0, 4),
+                        "seconds": took,
+                        "rows": rows,
                         "tier": bool(read_tier),
                     }
                 )

@@ -116,17 +116,17 @@ def current_tier(
     root: str, fs: Any, date_ok: layout.DateOk, host_ok: layout.HostOk, width: float
 ) -> Current:
     """(day, host folder) -> tier table -> (file, sources hash), for files made by the current SQL."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out: Current = {}
-    for tier_table in TIERS:
-        want = sql_hash(width, tier_table)
-        for e in layout.list_entries(root, tier_table, fs, date_ok, host_ok):
-            md = _tier_meta(e, fs)
-            if md.get(HASH_KEY, b"").decode() != want:
-                continue  # stale: made by other SQL; never read
-            out.setdefault((e.day, e.host_dir), {})[tier_table] = (
-                e,
-                md.get(SOURCES_KEY, b"").decode(),
-            )
+    entries = [e for t in TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
+    want = {t: sql_hash(width, t) for t in TIERS}
+    with ThreadPoolExecutor(8) as pool:  # footers are small: the wait is the open, not the CPU
+        metas = list(pool.map(lambda e: _tier_meta(e, fs), entries))
+    for e, md in zip(entries, metas, strict=True):
+        if md.get(HASH_KEY, b"").decode() != want[e.table]:
+            continue  # stale: made by other SQL; never read
+        out.setdefault((e.day, e.host_dir), {})[e.table] = (e, md.get(SOURCES_KEY, b"").decode())
     return out
 
 
@@ -155,6 +155,7 @@ def build(
     root = s3_root(str(bucket)) if fs is not None else str(bucket)
     width = _width(overrides)
     stmts = statements()
+    hashes = {t: sql_hash(width, t) for t in TIERS}
     res = Result(skipped=[])
     have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width)
     built: set[tuple[dt.date, str]] = set()
@@ -175,9 +176,9 @@ def build(
             paths = [c.entry.path for c in good]
             if fs is not None:
                 paths = _stage(fs, paths, stage)
-            _derive(bucket, source, day, host_dir, paths, stmts, width, src_hash)
+            _derive(bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
             built.add((day, host_dir))
-            _delete_old(root, fs, source, day, host_dir, width, src_hash)
+            _delete_old(root, fs, source, day, host_dir, hashes, src_hash)
             if progress:
                 progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
     res.built, res.current = len(built), len(seen - built)
@@ -185,11 +186,17 @@ def build(
 
 
 def _delete_old(
-    root: str, fs: Any, source: str, day: dt.date, host_dir: str, width: float, src_hash: str
+    root: str,
+    fs: Any,
+    source: str,
+    day: dt.date,
+    host_dir: str,
+    hashes: dict[str, str],
+    src_hash: str,
 ) -> None:
     """Tier files of this host-day and source other than the ones just written."""
     for t in _of(source):
-        want = sql_hash(width, t)
+        want = hashes[t]
         for e in layout.list_entries(root, t, fs, lambda d: d == day):
             if e.host_dir != host_dir:
                 continue
@@ -213,6 +220,7 @@ def _derive(
     paths: list[str],
     stmts: dict[str, str],
     width: float,
+    hashes: dict[str, str],
     src_hash: str,
 ) -> None:
     from analyzer.bucket import raw_select, to_arrow
@@ -230,7 +238,7 @@ def _derive(
             con.execute(stmt, {k: params[k] for k in refs} if refs else None)
             data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
             extra = {
-                HASH_KEY: sql_hash(width, tier_table).encode(),
+                HASH_KEY: hashes[tier_table].encode(),
                 SOURCES_KEY: src_hash.encode(),
                 WIDTH_KEY: f"{width:g}".encode(),
             }

@@ -164,7 +164,8 @@ def tier_table(res: dict[str, Any]) -> str:
         "cold": "full pack, no tier (cold)",
         "rollup_finished": "`rollup` of the finished days",
         "warm": "full pack, tier for finished days, last day raw (warm)",
-        "fleet_report": "fleet report of the warm run",
+        "fleet_report": "fleet report of the warm run (page from its findings)",
+        "fleet_command": "`leakreport fleet --week` (week + week before, tier read)",
         "rollup_last_day": "`rollup` of the last day",
         "full": "full pack over a full tier",
     }
@@ -175,12 +176,14 @@ def tier_table(res: dict[str, Any]) -> str:
         scan = v["scan"]["seconds"]
         data = f"{v['hosts']} hosts, {v['days']} days"
         for k, name in names.items():
-            m = v[k]
+            m = v.get(k)
+            if not m:
+                continue
             rows.append(
                 f"| {data} | {name} | {m['seconds']:.3f} | {m['seconds'] / scan:.1f} | {m['rss_mb']} |"
             )
     w = t["week"]
-    rss = max(w[k]["rss_mb"] for k in names)
+    rss = max(w[k]["rss_mb"] for k in names if k in w)
     lines = [
         "",
         "Targets (tier):",
@@ -199,7 +202,30 @@ def tier_table(res: dict[str, Any]) -> str:
         lines.append(
             f"- month warm within 1.5x of the week's: {g}x, " + ("met." if g <= 1.5 else "not met.")
         )
-    return "\n".join(rows + lines)
+    return "\n".join(rows + lines + stage_table(t))
+
+
+def stage_table(t: dict[str, Any], top: int = 12) -> list[str]:
+    """The slowest stages of the week's cold and warm packs (median seconds, rows)."""
+    w = t["week"]
+    if "stages" not in w.get("cold", {}) or "stages" not in w.get("warm", {}):
+        return []
+    warm = {s["stage"]: s for s in w["warm"]["stages"]}
+    out = [
+        "",
+        f"Where the week's pack spends its time (the {top} slowest stages cold; median s):",
+        "",
+        "| stage | cold s | warm s | rows | warm from |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for s in w["cold"]["stages"][:top]:
+        ws = warm.get(s["stage"], {})
+        src = "tier + last day raw" if ws.get("tier") else ""
+        rows = "" if s.get("rows") is None else f"{s['rows']:,}"
+        out.append(
+            f"| {s['stage']} | {s['seconds']:.3f} | {ws.get('seconds', 0):.3f} | {rows} | {src} |"
+        )
+    return out
 
 
 def targets(res: dict[str, Any]) -> str:

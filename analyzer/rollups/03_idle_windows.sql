@@ -40,14 +40,18 @@ w AS (
     FROM s
     GROUP BY host, gpu_index, grp
     HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
+),
+wr AS (
+    -- the requests served before each window: the last reading at or before its start
+    SELECT w.*, r.cum_requests
+    FROM w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
 )
-SELECT w.*,
+SELECT w.* EXCLUDE (cum_requests),
        coalesce(l.pid, 0) AS segment, coalesce(l.lifetime_source, 'none') AS lifetime_source,
        (SELECT max(k.kv_usage) FROM kv_usage k
          WHERE k.host = w.host AND k.ts >= w.start AND k.ts < w."end") AS kv_idle,
-       (SELECT arg_max(r.cum_requests, r.ts) FROM requests r
-         WHERE r.host = w.host AND r.ts <= w.start) AS cum_requests
-FROM w
+       w.cum_requests
+FROM wr w
 LEFT JOIN (
     -- the lifetime that was on the GPU longest during the window (0: none known)
     SELECT w2.host, w2.gpu_index, w2.start,
