@@ -156,7 +156,12 @@ _Job = Callable[[], tuple[pl.DataFrame | None, int]]
 
 
 def _scan(
-    lines: pl.Series, first: int, keep: tuple[int, int], engine: str, year: int | None
+    lines: pl.Series,
+    first: int,
+    keep: tuple[int, int],
+    engine: str,
+    year: int | None,
+    text: bool = True,
 ) -> pl.DataFrame | None:
     """The events of lines numbered ``first``... whose line is in ``keep`` (from, to),
     with stamps not yet turned into ``ts``; the other lines are context (a record's
@@ -201,24 +206,32 @@ def _scan(
         parts.append(sub)
         if name == "server_args":
             parts += _implied(sub)
-    return pl.concat(parts, how="diagonal_relaxed").drop("record", "record_tight")
+    out = pl.concat(parts, how="diagonal_relaxed").drop("record", "record_tight")
+    # + "": the events' own copy of their text; a slice would keep the chunk's whole buffer
+    out = out.with_columns(_TEXT + "") if text else out.drop("text")
+    return out.sort("line", "event")  # chunks come in line order: no sort of the whole
 
 
-def _finish(parts: list[pl.DataFrame], tz: str) -> pl.DataFrame:
-    """One frame from the chunks' events: ``ts``, the file's majority engine, line order."""
+def _finish(parts: list[pl.DataFrame], tz: str, text: bool = True) -> pl.DataFrame:
+    """One frame from the chunks' events (each in line order): ``ts``, the file's majority
+    engine. Part by part, then put side by side without a copy: memory holds the events
+    once, however many there are."""
     if not parts:
-        return pl.DataFrame(schema={**_EMPTY, "text": pl.String})
-    out = pl.concat(parts, how="diagonal_relaxed")
-    out = out.with_columns(logstamps.ts(out, tz).alias("ts")).drop(*_STAMP_COLS)
+        return pl.DataFrame(schema={**_EMPTY, "text": pl.String} if text else _EMPTY)
+    offsets = any(p["_off"].null_count() < p.height for p in parts)
+    ts = logstamps.ts(tz, offsets).alias("ts")
+    for i, p in enumerate(parts):
+        parts[i] = p.with_columns(ts).drop(*_STAMP_COLS)
+    out = pl.concat(parts, how="diagonal_relaxed", rechunk=False)
     out = out.select(c for c in _ORDER if c in out.columns)
     # the engine of a line that does not say falls back to the file's majority
-    known = out.filter(pl.col("engine").is_not_null())["engine"]
+    known = out["engine"].drop_nulls()
     if known.len():
         out = out.with_columns(pl.col("engine").fill_null(known.mode().sort()[0]))
-    return out.sort("line", "event")
+    return out
 
 
-def _run(jobs: Iterator[_Job], tz: str) -> tuple[pl.DataFrame, int]:
+def _run(jobs: Iterator[_Job], tz: str, text: bool = True) -> tuple[pl.DataFrame, int]:
     """Runs the chunk jobs ``WORKERS`` at a time (polars lets go of the GIL), few ahead so
     memory stays bounded; each chunk's lines are numbered after the chunks before it."""
     parts: list[pl.DataFrame] = []
@@ -239,7 +252,7 @@ def _run(jobs: Iterator[_Job], tz: str) -> tuple[pl.DataFrame, int]:
                 take()
         while pending:
             take()
-    return _finish(parts, tz), line
+    return _finish(parts, tz, text), line
 
 
 def parse_frame(
@@ -273,21 +286,23 @@ def parse_file(
     *,
     tz: str = "UTC",
     chunk_bytes: int = logread.CHUNK_BYTES,
+    text: bool = True,
 ) -> tuple[pl.DataFrame, int]:
     """``parse_frame`` of a file's lines, and how many lines it has, read ``chunk_bytes``
-    at a time: memory stays bounded by a few chunks whatever the file's size."""
+    at a time: memory holds a few chunks and the events, whatever the file's size.
+    ``text=False`` leaves out the events' line text (what ``events`` does not show)."""
     ZoneInfo(tz)
 
     def job(w: logread.Window) -> _Job:
         def run() -> tuple[pl.DataFrame | None, int]:
             lines = logread.decode(w.data)
             n = lines.len() - w.before - w.after
-            return _scan(lines, 1 - w.before, (1, n + 1), engine, year), n
+            return _scan(lines, 1 - w.before, (1, n + 1), engine, year, text), n
 
         return run
 
     windows = logread.windows(path, chunk_bytes, after=F.MAX_CONTINUATION)
-    return _run((job(w) for w in windows), tz)
+    return _run((job(w) for w in windows), tz, text)
 
 
 def _implied(sub: pl.DataFrame) -> list[pl.DataFrame]:

@@ -67,10 +67,11 @@ def stamps(ev: pl.DataFrame, year: int | None) -> pl.DataFrame:
     ).drop("_rest", "_outer", "_outer_off")
 
 
-def ts(ev: pl.DataFrame, tz: str) -> pl.Expr:
-    """``ts`` from ``stamps``' columns, for all the events of a parse at once."""
+def ts(tz: str, offsets: bool) -> pl.Expr:
+    """``ts`` from ``stamps``' columns, the same way for all the events of a parse (so
+    ``offsets``: whether any of them has a stamp with an offset)."""
     stamp, off = pl.col("_stamp"), pl.col("_off")
-    if tz == "UTC" and ev["_off"].null_count() == ev.height:
+    if tz == "UTC" and not offsets:
         # the common case: nothing to convert, the stamp is the answer
         when = stamp.str.replace(" ", "T")
         return pl.when(pl.col("_no_year")).then(pl.lit("--") + when.str.slice(5)).otherwise(when)

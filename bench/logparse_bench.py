@@ -61,7 +61,7 @@ def _one(what: str, log: str) -> dict[str, Any]:
     c0, t0 = time.process_time(), time.perf_counter()  # CPU: all threads
     res: dict[str, Any] = {}
     if what == "parse":
-        frame, lines = logparse.parse_file(log)
+        frame, lines = logparse.parse_file(log, text=False)  # as `logs parse` does
         res |= {"lines": lines, "events": frame.height}
     else:  # the floor: polars reads every line, as the parser's reader does, and stops
         df = pl.read_csv(

@@ -61,7 +61,7 @@ def logs_parse(
 
     t0 = time.perf_counter()
     try:  # read and parsed a chunk at a time: memory stays bounded on any log size
-        frame, n_lines = logparse.parse_file(file, engine, year, tz=tz)
+        frame, n_lines = logparse.parse_file(file, engine, year, tz=tz, text=False)
     except OSError as e:
         die(f"{file}: {e}")
     except (KeyError, ValueError) as e:  # an unknown --tz

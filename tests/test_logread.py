@@ -71,6 +71,8 @@ def test_a_large_synthetic_log_in_small_chunks_equals_one_pass(tmp_path: Path) -
         assert got.equals(want), chunk
         assert logread.read_lines(log, chunk).equals(lines), chunk
     assert logparse.parse_frame(lines, chunk_lines=1_000).equals(want)
+    got, _ = logparse.parse_file(log, chunk_bytes=20_000, text=False)  # as `logs parse` runs
+    assert got.equals(want.drop("text"))
 
 
 @pytest.mark.parametrize(
