@@ -90,10 +90,13 @@ def table(res: dict[str, Any]) -> str:
             f"({s3['bytes_of_hosts_analysed'] / 2**20:.1f} MiB for the hosts analysed)",
         )
     lp = res["logparse"]
+    floor = lp.get("floor_read_csv", {})  # older results lack the floor and the memory
     rows.append(
         f"| log parsing (`leakreport logs parse`) | {lp['bytes'] / 2**20:.0f} MiB, {lp['lines']:,} lines "
-        f"| {lp['total_s']:.3f} | {lp['total_s'] / scan:.1f} | — | {lp['mb_per_s']:.1f} MB/s, "
-        f"{lp['events']:,} events |"
+        f"| {lp['total_s']:.3f} | {lp['total_s'] / scan:.1f} | {lp.get('peak_rss_mb', '—')} "
+        f"| {lp['mb_per_s']:.1f} MB/s ({lp['mb_per_cpu_s']:.0f} MB per CPU-s, load "
+        f"{lp.get('load_avg_1m', '—')}), {lp['events']:,} events; {lp.get('ratio_to_read_csv', '—')}× "
+        f"the time of polars' plain read of the file ({floor.get('mb_per_s', '—')} MB/s) |"
     )
     co = res["collector"]["once_run_8_gpus_3_logs"]
     rows.append(
