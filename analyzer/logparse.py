@@ -15,6 +15,12 @@ front of it; a stamp with an offset (``Z``, ``+08:00``) is converted to UTC; a
 naive stamp is read in ``tz`` (default UTC). ``ts`` is ``YYYY-MM-DDTHH:MM:SS``
 in UTC, or ``--MM-DDTHH:MM:SS`` when the year is unknown (vLLM's ``MM-DD``
 without ``year`` and without a dated prefix).
+
+Speed and memory: lines are parsed a chunk at a time (``WORKERS`` chunks at once),
+each chunk with the lines around it that its records can reach, so the result is
+the same for any chunk size (``analyzer.logread``). One regex screen of plain
+strings (``logformats.SCREEN``) passes the few lines a recogniser could name; only
+those are classified and read.
 """
 
 from __future__ import annotations
@@ -331,24 +337,21 @@ def read_lines(path: str | Path) -> pl.Series:
 
 def events(frame: pl.DataFrame) -> Iterator[dict[str, Any]]:
     """JSON-ready events: {line, event, engine, ts, fields} with only the fields found."""
-    cols = [c for c in frame.columns if c not in ("line", "event", "engine", "ts", "text")]
-    for row in frame.iter_rows(named=True):
-        wanted = F.FIELDS[row["event"]]
-        fields = {
-            k: row[k]
-            for k in cols
-            if row[k] is not None
-            and (k in wanted or (row["event"] == "fast_image_processor" and k == "enabled"))
-        }
-        if row["event"] == "batch_stats" and row.get("kv_usage_ratio") is not None:
-            fields["kv_usage_ratio"] = round(row["kv_usage_ratio"], 6)
-        yield {
-            "line": row["line"],
-            "event": row["event"],
-            "engine": row["engine"],
-            "ts": row["ts"],
-            "fields": fields,
-        }
+    head = ("line", "event", "engine", "ts")
+    cols = [c for c in frame.columns if c not in (*head, "text")]
+    kinds = frame["event"].to_list()
+    rows = {}  # per event type: its field names and its rows, in line order
+    for name in set(kinds):
+        wanted = [c for c in cols if c in F.FIELDS[name]]
+        sub = frame.select(*head, *wanted).filter(pl.col("event") == name)
+        rows[name] = (wanted, sub.iter_rows())
+    for name in kinds:
+        wanted, it = rows[name]
+        line, event, engine, ts, *values = next(it)
+        fields = {k: v for k, v in zip(wanted, values, strict=True) if v is not None}
+        if "kv_usage_ratio" in fields:
+            fields["kv_usage_ratio"] = round(fields["kv_usage_ratio"], 6)
+        yield {"line": line, "event": event, "engine": engine, "ts": ts, "fields": fields}
 
 
 def to_jsonl(frame: pl.DataFrame) -> str:
