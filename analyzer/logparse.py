@@ -26,6 +26,7 @@ those are classified and read.
 from __future__ import annotations
 
 import json
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,7 +42,8 @@ from analyzer import logread, logstamps
 EVENT_TYPES = F.EVENT_TYPES
 _TEXT = pl.col("text")
 CHUNK_LINES = 250_000
-WORKERS = 2  # chunks parsed at once
+# chunks parsed at once: one per core this process may use (each holds about 3x a chunk)
+WORKERS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
 
 
 def _first(patterns: list[str], group: int = 1) -> pl.Expr:
@@ -100,7 +102,7 @@ def _records(df: pl.DataFrame, events: pl.DataFrame, first: int) -> pl.DataFrame
     n = df.height
     texts = df["text"]
     idx = events["line"].cast(pl.Int64) - first
-    is_event = pl.Series("e", [False] * n).scatter(idx, True)
+    is_event = pl.repeat(False, n, eager=True).scatter(idx, True)
 
     def continues(pos: pl.Series) -> tuple[pl.Series, pl.Series]:
         at = pos.clip(0, n - 1)
@@ -114,7 +116,7 @@ def _records(df: pl.DataFrame, events: pl.DataFrame, first: int) -> pl.DataFrame
         return ok, nxt
 
     record = events["text"]
-    tight = pl.Series("t", [None] * events.height, dtype=pl.String)
+    tight = pl.repeat(None, events.height, dtype=pl.String, eager=True)
     ok, nxt = continues(idx + 1)
     if ok.any():  # rare: only those rows go round again
         rows = ok.arg_true()
@@ -123,7 +125,7 @@ def _records(df: pl.DataFrame, events: pl.DataFrame, first: int) -> pl.DataFrame
             {
                 "record": record.gather(rows) + " " + nxt.gather(rows),
                 "tight": record.gather(rows) + nxt.gather(rows),
-                "open": pl.Series([True] * len(rows)),
+                "open": pl.repeat(True, len(rows), eager=True),
             }
         )
         for k in range(2, F.MAX_CONTINUATION + 1):
