@@ -10,7 +10,10 @@ sample limit is split in time; what still fails is skipped and named, per metric
 
 Each step is read as ``last_over_time(metric[lookback])``: a series that ended (a pod
 that restarted) stops within ``--lookback`` instead of Prometheus' 5-minute staleness,
-and where an old and a new series of one GPU overlap, the newer one wins.
+and where an old and a new series of one GPU overlap, the newer one wins. Where the
+series carry a replica label (an HA pair), the replicas are read as one series:
+``max without (<replica labels>)`` per step. The next chunk's queries run while one
+is decoded and written (``concurrency`` requests in flight, two chunks in memory).
 """
 
 from __future__ import annotations
