@@ -1,19 +1,16 @@
 """The stored rollup tier: derived once per finished host-day, read instead of raw samples.
 
-``leakreport rollup`` (or :func:`build`) runs the first-stage rollup statements
-(the very ones the analysis runs, from ``rollups/*.sql``) over one host-day's raw
-files at a time and stores their results as Parquet under their own tables in the
-bucket layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``),
-``tier_metric_norm`` (from ``metric_samples``) and ``tier_proc_bins`` (from
-``gpu_processes``). Each of them groups by a key that never crosses midnight.
+``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very
+ones the analysis runs) over one host-day's raw files at a time and stores their
+results in the bucket layout: ``tier_gpu_info`` and ``tier_gpu_buckets`` (from
+``gpu_samples``), ``tier_metric_norm`` (``metric_samples``), ``tier_proc_bins``
+(``gpu_processes``); each groups by a key that never crosses midnight.
 
-Each tier file records, in its Parquet metadata, the hash of the SQL (with the
-parameter values it used, the schema version and tier format) that made it and a
-hash of the raw files it was made from. At analysis time a host-day's tier is used
-only when both still match, every raw file of it lies within its day and passes
-the reader's time-sanity bounds, and the analysis runs with the same parameters;
-otherwise (a changed definition, late data, a compaction since, today) that
-host-day is derived from raw samples, so findings are the same either way.
+Each file records the hash of its SQL (with the parameter values it used, the schema
+version and tier format) and of the raw files it was made from. An analysis reads a
+host-day from the tier only when both still match, its raw files lie within the day
+and pass the time-sanity bounds, and the parameters are the same; otherwise (changed
+SQL, late data, a compaction since, today) from raw samples: same findings either way.
 """
 
 from __future__ import annotations
@@ -277,13 +274,10 @@ def attach(
     view_sql: Callable[[str, list[str]], str],
     stage: Callable[[list[str]], list[str]],
 ) -> TierUse | None:
-    """Views over the current tier for the host-days it covers and over the raw files
-    of the others, per source table; None when no host-day has a current tier.
-
-    ``usable`` says whether a raw file's rows all pass the reader's filters (its
-    footer's time range within the time-sanity bounds); ``view_sql`` makes the
-    ``SELECT`` the reader would make over raw files of a table; ``stage`` copies S3 objects.
-    """
+    """Per source table, views over the current tier (host-days it covers) and over the
+    raw files of the others (``<source>_rest``); None when no host-day has a current tier.
+    ``usable``: a raw file's rows all pass the reader's time-sanity bounds; ``view_sql``:
+    the reader's ``SELECT`` over raw files of a table; ``stage``: copies S3 objects."""
     width = _width(None)
     try:
         tier = current_tier(root, fs, date_ok, host_ok, width)
