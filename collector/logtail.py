@@ -19,9 +19,9 @@ Nothing written to a log is lost to a rotation:
 * deleted and recreated on the same inode: the fingerprint differs, so the new
   file is read from 0.
 
-The log and its rotated names are opened as one set (listed, opened, listed
-again; retried when a rotation renamed something meanwhile), so what is read
-is the set of files that existed together. Compressed rotations (``.gz``,
+The log and its rotated names are opened as one set (``collector.logrotation``:
+listed, opened, listed again; retried when a rotation renamed something
+meanwhile), so what is read is the set of files that existed together. Compressed rotations (``.gz``,
 ``.xz``, ...) are not text: they are skipped, and when the old file can only
 be one of them the run says that lines may be missing. A cursor taken on an
 empty file has nothing to fingerprint: rotated files written since it are
@@ -42,6 +42,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,13 +51,11 @@ from typing import IO, Any
 
 from collector import logsig
 from collector.atomic import write_atomic
+from collector.logrotation import FP_BYTES, Gen, Snap, snapshot
+from collector.logrotation import head as _head
 
 MAX_LINE = logsig.MAX_LINE_BYTES
 CHUNK = 1 << 20
-FP_BYTES = 4096
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".Z", ".zip", ".br")
-COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")
-ROTATION_SEPARATORS = (".", "-", "_")
 WATCHED = 16  # rotated files read again each run for late lines (see _finish_watched)
 
 Cursor = dict[str, Any]
@@ -86,25 +85,37 @@ def save_cursors(state: Path, cursors: dict[str, Cursor]) -> None:
     write_atomic(state, json.dumps(cursors, sort_keys=True))
 
 
-def _head(f: IO[bytes], n: int) -> bytes:
-    return os.pread(f.fileno(), n, 0)
+def _sha1(*parts: bytes) -> bytes:
+    h = hashlib.sha1(usedforsecurity=False)  # pragma: no mutate (a FIPS flag, same digest)
+    for part in parts:
+        h.update(part)
+    return h.digest()
 
 
-def _stamp(f: IO[bytes], size: int, offset: int) -> Cursor:
-    n = min(size, FP_BYTES)
-    fp = hashlib.sha1(_head(f, n), usedforsecurity=False).hexdigest()[:16]
-    return {"inode": os.fstat(f.fileno()).st_ino, "offset": offset, "fp": fp, "fp_len": n}
+def _cursor(inode: int, first: bytes, offset: int) -> Cursor:
+    """A cursor at ``offset`` of the file whose first bytes (up to 4 KiB) are ``first``."""
+    return {"inode": inode, "offset": offset, "fp": _sha1(first).hex()[:16], "fp_len": len(first)}
+
+
+def _stamp(f: IO[bytes], offset: int) -> Cursor:
+    """A cursor at ``offset`` of this file as it is now."""
+    st = os.fstat(f.fileno())
+    return _cursor(st.st_ino, _head(f, min(st.st_size, FP_BYTES)), offset)
+
+
+def _offset(cur: Cursor) -> int:
+    return int(cur.get("offset", 0))
 
 
 def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor) -> bool:
     """Does this file (or these first bytes of it) start as the cursor's file did?"""
-    n = int(cur.get("fp_len", 0))
     if "fp" not in cur:
         return True  # a cursor from before fingerprints: trust the inode
-    if size < n:
+    n = int(cur.get("fp_len", 0))
+    if size < n:  # (a file grown since it was listed is not the cursor's)
         return False
-    head = f[:n] if isinstance(f, bytes) else _head(f, n)
-    return bool(hashlib.sha1(head, usedforsecurity=False).hexdigest()[:16] == cur["fp"])
+    first = f[:n] if isinstance(f, bytes) else _head(f, n)
+    return bool(_sha1(first).hex()[:16] == cur["fp"])
 
 
 def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
@@ -112,102 +123,12 @@ def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
     head = _head(f, FP_BYTES)
     nl = head.find(b"\n")
     first = head if nl < 0 else head[: nl + 1]
-    return hashlib.sha1(first, usedforsecurity=False).digest(), nl >= 0 or len(head) == FP_BYTES
-
-
-def _age_key(name: str, base: str) -> tuple[int, int, str]:
-    """Oldest first: ``name.3`` before ``name.1``; ``name-20260101`` before ``name-20260102``."""
-    suffix = name[len(base) + 1 :]
-    for ext in COMPRESSED_SUFFIXES:
-        suffix = suffix.removesuffix(ext)
-    return (0, -int(suffix), "") if suffix.isdigit() else (1, 0, suffix)
-
-
-@dataclass
-class _Gen:
-    """One generation of a log, opened: what is read is this file whatever is renamed since."""
-
-    name: str
-    f: IO[bytes]
-    st: os.stat_result
-
-
-@dataclass
-class _Snap:
-    current: _Gen | None
-    error: str | None
-    rotated: list[_Gen]  # plain text, oldest first
-    packed: list[str]  # compressed rotations: named, not read
-    note: str | None = None
-    head: bytes = b""  # the live file's first bytes, consistent with the listing
-    size: int = 0
-
-
-def _listing(p: Path) -> dict[str, int]:
-    """Name -> inode of the log and its rotated names."""
-    base, out = p.name, {}
-    for e in os.scandir(p.parent):
-        n = e.name
-        if n == base or (
-            n.startswith(base) and n[len(base) : len(base) + 1] in ROTATION_SEPARATORS
-        ):
-            with contextlib.suppress(OSError):
-                if e.is_file():
-                    out[n] = e.inode()
-    return out
-
-
-def _snapshot(path: str, stack: contextlib.ExitStack) -> _Snap:
-    """Open the log and its rotated generations as one consistent set: listed, opened,
-    listed again, and retried if a rotation renamed anything in between."""
-    p = Path(path)
-    for attempt in range(5):
-        try:
-            before = _listing(p)
-        except OSError:
-            before = {}
-        gens: dict[str, _Gen] = {}
-        error = f"{path}: No such file or directory" if p.name not in before else None
-        for name in before:
-            try:
-                f = open(p.parent / name, "rb")  # noqa: SIM115 - closed by the caller's stack
-            except OSError as e:
-                if name == p.name:
-                    error = f"{path}: {e.strerror or e}"
-                continue
-            gens[name] = _Gen(name, f, os.fstat(f.fileno()))
-        cur = gens.get(p.name)
-        # the live file's first bytes and size, between the two listings: a copytruncate
-        # seen truncated here made its copy before, so the copy is in the set
-        head = _head(cur.f, FP_BYTES) if cur else b""
-        size = os.fstat(cur.f.fileno()).st_size if cur else 0
-        try:
-            after = _listing(p)
-        except OSError:
-            after = {}
-        stable = before == after and all(g.st.st_ino == before[n] for n, g in gens.items())
-        if not stable and attempt < 4:
-            for g in gens.values():
-                g.f.close()
-            continue
-        for g in gens.values():
-            stack.callback(g.f.close)
-        current = gens.pop(p.name, None)
-        text = [
-            g
-            for g in gens.values()
-            if not (
-                g.name.endswith(COMPRESSED_SUFFIXES) or _head(g.f, 4).startswith(COMPRESSED_MAGIC)
-            )
-        ]
-        packed = sorted(n for n in gens if n not in {g.name for g in text})
-        text.sort(key=lambda g: _age_key(g.name, p.name))
-        note = None if stable else f"{path}: rotated again while it was being read (5 tries)"
-        return _Snap(current, None if current else error, text, packed, note, head, size)
-    raise AssertionError("unreachable")
+    return _sha1(first), nl >= 0 or len(head) == FP_BYTES
 
 
 class _Reader:
+    sig: logsig.Matcher  # per file (see read)
+
     def __init__(
         self,
         res: TailResult,
@@ -219,7 +140,6 @@ class _Reader:
     ):
         self.res, self.now, self.host = res, now, host
         self.budget, self.deadline, self.labels = budget, deadline, labels
-        self.sig = logsig.Matcher()
 
     def out_of_time(self) -> bool:
         return self.budget <= 0 or time.monotonic() >= self.deadline
@@ -260,14 +180,11 @@ class _Reader:
         res = self.res
         res.lines += 1
         truncated = len(raw) > MAX_LINE
-        text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+        text = raw[:MAX_LINE].decode(errors="replace").rstrip("\r")  # (UTF-8)
         sig = self.sig.match(text)
         if sig is None:
             res.unmatched += 1
             return
-        h = hashlib.sha1(fid, usedforsecurity=False)
-        h.update(pos.to_bytes(8, "little"))
-        h.update(raw)
         res.rows.append(
             {
                 "ts": self.now,
@@ -275,7 +192,7 @@ class _Reader:
                 "file": res.path,
                 "inode": inode,
                 "offset": pos,
-                "line_id": h.hexdigest()[:24],
+                "line_id": _sha1(fid, pos.to_bytes(8, "little"), raw).hex()[:24],
                 "text": text,
                 "signature": sig,
                 "truncated": truncated,
@@ -283,7 +200,7 @@ class _Reader:
         )
 
 
-def _find(cands: list[_Gen], cur: Cursor, by_inode: bool) -> int | None:
+def _find(cands: list[Gen], cur: Cursor, by_inode: bool) -> int | None:
     """The newest rotated file that is the cursor's file (same inode) or a copy of it."""
     if not by_inode and ("fp" not in cur or not cur.get("fp_len")):
         return None  # nothing to recognise a copy by
@@ -291,7 +208,7 @@ def _find(cands: list[_Gen], cur: Cursor, by_inode: bool) -> int | None:
         g = cands[i]
         if by_inode and g.st.st_ino != cur.get("inode"):
             continue
-        if g.st.st_size >= int(cur.get("offset", 0)) and _matches(g.f, g.st.st_size, cur):
+        if g.st.st_size >= _offset(cur) and _matches(g.f, g.st.st_size, cur):
             return i
     return None
 
@@ -312,10 +229,10 @@ def tail(
     that a run repeated after a crash labels its rows as the first one did.
     """
     res = TailResult(path)
-    end = deadline if deadline is not None else float("inf")
+    end = deadline if deadline is not None else math.inf
     rd = _Reader(res, now, host, max_bytes, end, labels if labels is not None else {})
     with contextlib.ExitStack() as stack:
-        snap = _snapshot(path, stack)
+        snap = snapshot(path, stack)
         if snap.note:
             res.notes.append(snap.note)
         if snap.current is None:
@@ -331,12 +248,8 @@ def tail(
         start = 0
         if cursor:
             same_inode = cursor.get("inode") == st.st_ino
-            if (
-                same_inode
-                and int(cursor.get("offset", 0)) <= size
-                and _matches(snap.head, size, cursor)
-            ):
-                start = int(cursor.get("offset", 0))
+            if same_inode and _offset(cursor) <= size and _matches(snap.head, size, cursor):
+                start = _offset(cursor)
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
                     watch += _copies_since(rd, snap, cursor, {w["inode"] for w in watch})
             else:
@@ -349,12 +262,9 @@ def tail(
         pos, _ = rd.read(f, start)
         if _head(f, len(snap.head)) != snap.head:  # truncated while read: what came is another
             del res.rows[kept:]  # file's; the next run finds the copy of this one
-            pos = start
-            n = min(size, FP_BYTES)
-            fp = hashlib.sha1(snap.head[:n], usedforsecurity=False).hexdigest()[:16]
-            res.cursor = {"inode": st.st_ino, "offset": pos, "fp": fp, "fp_len": n}
+            res.cursor = _cursor(st.st_ino, snap.head[: min(size, FP_BYTES)], start)
         else:
-            res.cursor = _stamp(f, os.fstat(f.fileno()).st_size, pos)
+            res.cursor = _stamp(f, pos)
         if not res.cursor["fp_len"]:
             res.cursor["t"] = time.time()
         if watch:
@@ -362,7 +272,7 @@ def tail(
     return res
 
 
-def _finish_watched(rd: _Reader, snap: _Snap, watched: list[Cursor]) -> list[Cursor]:
+def _finish_watched(rd: _Reader, snap: Snap, watched: list[Cursor]) -> list[Cursor]:
     """Rotated files read in earlier runs, read again from where they ended: a server
     may append to its renamed log until it reopens it, and a copy may have been read
     while copytruncate was still writing it. Those no longer there are forgotten."""
@@ -371,13 +281,13 @@ def _finish_watched(rd: _Reader, snap: _Snap, watched: list[Cursor]) -> list[Cur
         i = _find(snap.rotated, w, by_inode=True)
         if i is not None:
             g = snap.rotated[i]
-            pos, _ = rd.read(g.f, int(w["offset"]))
-            out.append(_stamp(g.f, os.fstat(g.f.fileno()).st_size, pos))
+            pos, _ = rd.read(g.f, _offset(w))
+            out.append(_stamp(g.f, pos))
     return out
 
 
 def _finish_old(
-    rd: _Reader, snap: _Snap, path: str, cur: Cursor, truncated_in_place: bool
+    rd: _Reader, snap: Snap, path: str, cur: Cursor, truncated_in_place: bool
 ) -> tuple[Cursor | None, list[Cursor]]:
     """Finish the cursor's file, then every newer rotated generation.
 
@@ -392,20 +302,20 @@ def _finish_old(
         zipped = f" (compressed, not read: {', '.join(snap.packed)})" if snap.packed else ""
         rd.res.notes.append(
             f"{path} was {what} and its old file (inode {cur.get('inode')}) is not among the "
-            f"rotated names{zipped}: lines written after offset {cur.get('offset', 0)} may be missing"
+            f"rotated names{zipped}: lines written after offset {_offset(cur)} may be missing"
         )
         return None, []  # without the old file, no rotated generation is known to be newer
     read: list[Cursor] = []
     for k, g in enumerate(cands[hit:]):
-        pos, done = rd.read(g.f, int(cur.get("offset", 0)) if k == 0 else 0)
-        stamp = _stamp(g.f, os.fstat(g.f.fileno()).st_size, pos)
+        pos, done = rd.read(g.f, _offset(cur) if k == 0 else 0)
+        stamp = _stamp(g.f, pos)
         if not done:
             return stamp, []
         read.append(stamp)
     return None, read
 
 
-def _copies_since(rd: _Reader, snap: _Snap, cur: Cursor, watched: set[int]) -> list[Cursor]:
+def _copies_since(rd: _Reader, snap: Snap, cur: Cursor, watched: set[int]) -> list[Cursor]:
     """The cursor was taken on an empty file, so no fingerprint can tell a copytruncate
     since: read the rotated files written after the cursor that are not watched already
     (copies of this file made since)."""
@@ -414,5 +324,5 @@ def _copies_since(rd: _Reader, snap: _Snap, cur: Cursor, watched: set[int]) -> l
     for g in snap.rotated:
         if g.st.st_ino not in watched and g.st.st_mtime > t and g.st.st_size > 0:
             pos, _ = rd.read(g.f, 0)
-            read.append(_stamp(g.f, os.fstat(g.f.fileno()).st_size, pos))
+            read.append(_stamp(g.f, pos))
     return read

@@ -19,11 +19,15 @@ def test_rows_carry_every_field(tmp_path) -> None:
         BATCH.format(n=1).encode() + b"\r\n",  # CRLF: the \r goes
         b"INFO: 127.0.0.1 - GET /health 200\n",  # not a signature: counted, not kept
         b"\r" + BATCH.format(n=2).encode() + b" \xff\n",  # a leading \r stays; bad bytes replaced
+        b"INFO: 127.0.0.1 - GET /metrics 200\n",
+        BATCH.format(n=3).encode() + b" \t\r\n",  # only the \r goes, not other white space
+        BATCH.format(n=4).encode() + b" X\r\n",
     ]
     log.write_bytes(b"".join(lines))
     res = tail(str(log), None, NOW, "node-1")
-    assert res.lines == 3 and res.unmatched == 1 and len(res.rows) == 2
-    first, second = res.rows
+    assert res.lines == 6 and res.unmatched == 2 and len(res.rows) == 4
+    first, second, third, fourth = res.rows
+    assert third["text"] == BATCH.format(n=3) + " \t" and fourth["text"] == BATCH.format(n=4) + " X"
     assert first["ts"] == NOW and first["host"] == "node-1" and first["file"] == str(log)
     assert first["inode"] == log.stat().st_ino and first["offset"] == 0
     assert first["text"] == BATCH.format(n=1) and first["signature"] == "batch_stats"
@@ -35,8 +39,11 @@ def test_rows_carry_every_field(tmp_path) -> None:
     want = hashlib.sha1(fid, usedforsecurity=False)
     want.update((0).to_bytes(8, "little"))
     want.update(lines[0][:-1])
-    assert first["line_id"] == want.hexdigest()[:24] and len(second["line_id"]) == 24
-    assert first["line_id"] != second["line_id"]
+    assert first["line_id"] == want.hexdigest()[:24]
+    want = hashlib.sha1(fid, usedforsecurity=False)
+    want.update(second["offset"].to_bytes(8, "little"))
+    want.update(lines[2][:-1])
+    assert second["line_id"] == want.hexdigest()[:24]
 
 
 def test_line_length_limits(tmp_path) -> None:
@@ -117,4 +124,28 @@ def test_notes_say_which_lines_may_be_missing(tmp_path) -> None:
         f"{log} was truncated or rewritten and its old file (inode {log.stat().st_ino}) is not "
         f"among the rotated names (compressed, not read: server.log.1.gz): lines written after "
         f"offset {cur['offset']} may be missing"
+    ]
+
+
+def test_the_note_names_every_compressed_rotation_or_none(tmp_path) -> None:
+    import gzip
+    import os
+
+    log = tmp_path / "server.log"
+    log.write_text(BATCH.format(n=1) + "\n")
+    cur = tail(str(log), None, NOW, "h").cursor
+    os.rename(log, tmp_path / "moved")  # out of sight
+    log.write_text(BATCH.format(n=2) + "\n")
+    res = tail(str(log), cur, NOW, "h")
+    lost = f"lines written after offset {cur['offset']} may be missing"
+    assert res.notes == [
+        f"{log} was rotated and its old file (inode {cur['inode']}) is not among the "
+        f"rotated names: {lost}"
+    ]
+    for k in (1, 2):
+        (tmp_path / f"server.log.{k}.gz").write_bytes(gzip.compress(b"x\n"))
+    res = tail(str(log), cur, NOW, "h")
+    assert res.notes == [
+        f"{log} was rotated and its old file (inode {cur['inode']}) is not among the rotated "
+        f"names (compressed, not read: server.log.1.gz, server.log.2.gz): {lost}"
     ]

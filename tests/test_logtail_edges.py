@@ -1,0 +1,231 @@
+"""collector/logtail.py at its edges: the runaway-line cut, chunk boundaries, the byte
+budget, generation labels, cursors saved by older versions (no fingerprint, ``prev``),
+the watch list across rotations, and the copies read after a cursor on an empty file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+
+from collector import logtail
+from collector.logtail import MAX_LINE, tail
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+LINE = "[2025-11-11 04:28:30] Decode batch, #running-req: {n}, #token: 1, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
+
+
+def _lines(a: int, b: int) -> str:
+    return "".join(LINE.format(n=n) + "\n" for n in range(a, b))
+
+
+def _add(path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _texts(res) -> list[str]:
+    return [r["text"] for r in res.rows]
+
+
+def _label(first: bytes) -> str:
+    return hashlib.sha1(first, usedforsecurity=False).hexdigest()[:16]
+
+
+def test_a_runaway_line_is_cut_past_four_times_the_limit(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    start = LINE.format(n=1).encode()
+    log.write_bytes(start + b"z" * (4 * MAX_LINE - len(start)))  # exactly 4 x: still waits
+    res = tail(str(log), None, NOW, "h")
+    assert res.rows == [] and res.lines == 0 and res.cursor["offset"] == 0
+    _add(log, "z")  # one byte more: cut here, kept as one truncated line
+    res = tail(str(log), None, NOW, "h")
+    size = log.stat().st_size
+    assert res.lines == 1 and res.cursor["offset"] == size
+    (row,) = res.rows
+    assert row["offset"] == 0 and row["truncated"] is True
+    assert row["text"] == (start + b"z" * (MAX_LINE - len(start))).decode()
+    _add(log, "\n" + _lines(2, 3))  # the rest of it ends, then a new line
+    more = tail(str(log), res.cursor, NOW, "h")
+    assert more.lines == 2 and more.unmatched == 1
+    assert [(r["offset"], r["text"]) for r in more.rows] == [(size + 1, LINE.format(n=2))]
+
+
+def test_lines_across_read_chunks(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(logtail, "CHUNK", 50)  # every line spans two or three reads
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 12))
+    res = tail(str(log), None, NOW, "h")
+    step = len(LINE.format(n=0)) + 1
+    assert _texts(res) == [LINE.format(n=n) for n in range(10)] + [
+        LINE.format(n=n) for n in (10, 11)
+    ]
+    assert [r["offset"] for r in res.rows[:10]] == [n * step for n in range(10)]
+    assert res.cursor["offset"] == log.stat().st_size and not res.stopped
+
+
+def test_the_byte_budget_stops_at_a_line_and_resumes(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 10))
+    step = len(LINE.format(n=0)) + 1
+    res = tail(str(log), None, NOW, "h", max_bytes=3 * step + step // 2)
+    assert res.stopped and _texts(res) == [LINE.format(n=n) for n in range(3)]
+    assert res.cursor["offset"] == 3 * step
+    rest = tail(str(log), res.cursor, NOW, "h", max_bytes=7 * step + 1)  # all of it, and 1
+    assert not rest.stopped and _texts(rest) == [LINE.format(n=n) for n in range(3, 10)]
+
+
+def test_generation_labels_are_the_first_line_hash(tmp_path) -> None:
+    labels: dict[str, int] = {}
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(_lines(0, 2))
+    b.write_text(_lines(5, 6))
+    ra = tail(str(a), None, NOW, "h", labels=labels)
+    rb = tail(str(b), None, NOW, "h", labels=labels)
+    assert labels == {
+        _label((LINE.format(n=0) + "\n").encode()): a.stat().st_ino,
+        _label((LINE.format(n=5) + "\n").encode()): b.stat().st_ino,
+    }
+    assert {r["inode"] for r in ra.rows} == {a.stat().st_ino}
+    assert {r["inode"] for r in rb.rows} == {b.stat().st_ino}
+    # a file that starts with an empty line: that line is its first
+    c = tmp_path / "c.log"
+    c.write_text("\n" + _lines(1, 2))
+    (row,) = tail(str(c), None, NOW, "h", labels=labels).rows
+    assert _label(b"\n") in labels
+    fid = hashlib.sha1(b"\n", usedforsecurity=False).digest()
+    raw = LINE.format(n=1).encode()
+    want = hashlib.sha1(fid + (1).to_bytes(8, "little") + raw, usedforsecurity=False)
+    assert row["line_id"] == want.hexdigest()[:24] and row["offset"] == 1
+    # a first line still being written is no label yet; one past 4 KiB is labelled by those
+    d = tmp_path / "d.log"
+    d.write_text(LINE.format(n=1))
+    n = len(labels)
+    tail(str(d), None, NOW, "h", labels=labels)
+    assert len(labels) == n
+    e = tmp_path / "e.log"
+    e.write_text("x" * 5000 + "\n" + _lines(1, 2))
+    (row,) = tail(str(e), None, NOW, "h", labels=labels).rows
+    head = b"x" * 4096
+    assert labels[_label(head)] == e.stat().st_ino
+    fid = hashlib.sha1(head, usedforsecurity=False).digest()
+    want = hashlib.sha1(fid + (5001).to_bytes(8, "little") + raw, usedforsecurity=False)
+    assert row["line_id"] == want.hexdigest()[:24]
+
+
+def test_a_cursor_without_fingerprint_follows_two_renames(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 2))
+    legacy = {"inode": log.stat().st_ino, "offset": log.stat().st_size}  # saved long ago
+    _add(log, _lines(2, 3))
+    os.rename(log, tmp_path / "server.log.2")
+    log.write_text(_lines(3, 5))
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(5, 6))
+    res = tail(str(log), legacy, NOW, "h")
+    assert _texts(res) == [LINE.format(n=n) for n in range(2, 6)] and res.notes == []
+    assert [r["offset"] for r in res.rows] == [legacy["offset"], 0, len(LINE.format(n=3)) + 1, 0]
+    # and a cursor with no offset at all starts its file from the beginning
+    res = tail(str(log), {"inode": log.stat().st_ino}, NOW, "h")
+    assert _texts(res) == [LINE.format(n=5)]
+
+
+def test_an_old_file_read_to_its_end_is_found_and_needs_no_note(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 2))
+    first = tail(str(log), None, NOW, "h")
+    os.rename(log, tmp_path / "server.log.1")  # nothing written since the last read
+    log.write_text(_lines(2, 3))
+    res = tail(str(log), first.cursor, NOW, "h")
+    assert _texts(res) == [LINE.format(n=2)] and res.notes == []
+    assert [w["inode"] for w in res.cursor["watch"]] == [(tmp_path / "server.log.1").stat().st_ino]
+
+
+def test_watched_files_stay_watched_and_prev_cursors_still_work(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    c1 = tail(str(log), None, NOW, "h").cursor
+    a = log.stat().st_ino
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(1, 2))
+    c2 = tail(str(log), c1, NOW, "h").cursor
+    b = log.stat().st_ino
+    assert [w["inode"] for w in c2["watch"]] == [a]
+    # a cursor saved before "watch" named its one rotated file "prev"
+    prev = {k: v for k, v in c2.items() if k != "watch"} | {"prev": c2["watch"][0]}
+    _add(tmp_path / "server.log.1", _lines(7, 8))  # written late to the renamed file
+    assert _texts(tail(str(log), prev, NOW, "h")) == [LINE.format(n=7)]
+    # a second rotation: the first one is still watched beside the newly rotated file
+    os.rename(tmp_path / "server.log.1", tmp_path / "server.log.2")
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text("")
+    r3 = tail(str(log), c2, NOW, "h")
+    assert _texts(r3) == [LINE.format(n=7)]
+    c3 = r3.cursor
+    assert [w["inode"] for w in c3["watch"]] == [a, b] and c3["fp_len"] == 0
+    # on an empty file: what is watched stays watched
+    c4 = tail(str(log), c3, NOW, "h").cursor
+    assert [w["inode"] for w in c4["watch"]] == [a, b]
+
+
+def test_after_a_cursor_on_an_empty_file_only_newer_copies_are_read(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cur = dict(tail(str(log), None, NOW, "h").cursor)
+    assert cur["fp_len"] == 0
+    cur["t"] = 1000.0
+    files = {  # name: (text, mtime)
+        "server.log.1": (_lines(1, 3), 2000),  # a copy made since: read
+        "server.log.2": (_lines(20, 21), 1000),  # as old as the cursor: not read
+        "server.log.3": (_lines(30, 31), 500),  # older: not read
+        "server.log.4": ("", 2000),  # empty: nothing, not watched
+        "server.log.5": ("x", 2000),  # a partial line: nothing yet, watched
+        "server.log.6": (_lines(60, 62), 2000),  # watched already: from its offset
+    }
+    for name, (text, mtime) in files.items():
+        (tmp_path / name).write_text(text)
+        os.utime(tmp_path / name, (mtime, mtime))
+    six = tmp_path / "server.log.6"
+    with open(six, "rb") as f:
+        cur["watch"] = [logtail._stamp(f, len(LINE.format(n=60)) + 1)]
+    res = tail(str(log), cur, NOW, "h")
+    assert _texts(res) == [LINE.format(n=n) for n in (61, 1, 2)]
+    assert [r["offset"] for r in res.rows] == [
+        len(LINE.format(n=60)) + 1,
+        0,
+        len(LINE.format(n=1)) + 1,
+    ]
+    ino = {n: (tmp_path / n).stat().st_ino for n in files}
+    assert [w["inode"] for w in res.cursor["watch"]] == [
+        ino["server.log.6"],
+        ino["server.log.5"],
+        ino["server.log.1"],
+    ]
+
+
+def test_a_resumed_cursor_never_reads_rotated_files_by_their_time(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    cur = tail(str(log), None, NOW, "h").cursor
+    other = tmp_path / "server.log.1"
+    other.write_text(_lines(9, 10))
+    future = NOW.timestamp() + 10 * 365 * 86400  # a clock that ran ahead
+    os.utime(other, (future, future))
+    _add(log, _lines(1, 2))
+    assert _texts(tail(str(log), cur, NOW, "h")) == [LINE.format(n=1)]
+
+
+def test_a_cursor_on_an_empty_file_never_takes_an_unrelated_file_for_its_copy(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cur = tail(str(log), None, NOW, "h").cursor
+    (tmp_path / "server.log.1").write_text(_lines(9, 10))  # older than the cursor, unrelated
+    os.utime(tmp_path / "server.log.1", (1000, 1000))
+    (tmp_path / "new").write_text(_lines(1, 2))
+    os.rename(tmp_path / "new", log)  # replaced by another file (another inode)
+    res = tail(str(log), cur, NOW, "h")
+    assert _texts(res) == [LINE.format(n=1)]
+    assert res.notes == [
+        f"{log} was rotated and its old file (inode {cur['inode']}) is not among the rotated "
+        "names: lines written after offset 0 may be missing"
+    ]
