@@ -24,6 +24,11 @@ def _add(path, text: str) -> None:
         f.write(text)
 
 
+def _cur(res: logtail.TailResult) -> logtail.Cursor:
+    assert res.cursor is not None
+    return res.cursor
+
+
 def _texts(res) -> list[str]:
     return [r["text"] for r in res.rows]
 
@@ -37,11 +42,11 @@ def test_a_runaway_line_is_cut_past_four_times_the_limit(tmp_path) -> None:
     start = LINE.format(n=1).encode()
     log.write_bytes(start + b"z" * (4 * MAX_LINE - len(start)))  # exactly 4 x: still waits
     res = tail(str(log), None, NOW, "h")
-    assert res.rows == [] and res.lines == 0 and res.cursor["offset"] == 0
+    assert res.rows == [] and res.lines == 0 and _cur(res)["offset"] == 0
     _add(log, "z")  # one byte more: cut here, kept as one truncated line
     res = tail(str(log), None, NOW, "h")
     size = log.stat().st_size
-    assert res.lines == 1 and res.cursor["offset"] == size
+    assert res.lines == 1 and _cur(res)["offset"] == size
     (row,) = res.rows
     assert row["offset"] == 0 and row["truncated"] is True
     assert row["text"] == (start + b"z" * (MAX_LINE - len(start))).decode()
@@ -61,7 +66,7 @@ def test_lines_across_read_chunks(tmp_path, monkeypatch) -> None:
         LINE.format(n=n) for n in (10, 11)
     ]
     assert [r["offset"] for r in res.rows[:10]] == [n * step for n in range(10)]
-    assert res.cursor["offset"] == log.stat().st_size and not res.stopped
+    assert _cur(res)["offset"] == log.stat().st_size and not res.stopped
 
 
 def test_the_byte_budget_stops_at_a_line_and_resumes(tmp_path) -> None:
@@ -70,7 +75,7 @@ def test_the_byte_budget_stops_at_a_line_and_resumes(tmp_path) -> None:
     step = len(LINE.format(n=0)) + 1
     res = tail(str(log), None, NOW, "h", max_bytes=3 * step + step // 2)
     assert res.stopped and _texts(res) == [LINE.format(n=n) for n in range(3)]
-    assert res.cursor["offset"] == 3 * step
+    assert _cur(res)["offset"] == 3 * step
     rest = tail(str(log), res.cursor, NOW, "h", max_bytes=7 * step + 1)  # all of it, and 1
     assert not rest.stopped and _texts(rest) == [LINE.format(n=n) for n in range(3, 10)]
 
@@ -138,17 +143,17 @@ def test_an_old_file_read_to_its_end_is_found_and_needs_no_note(tmp_path) -> Non
     log.write_text(_lines(2, 3))
     res = tail(str(log), first.cursor, NOW, "h")
     assert _texts(res) == [LINE.format(n=2)] and res.notes == []
-    assert [w["inode"] for w in res.cursor["watch"]] == [(tmp_path / "server.log.1").stat().st_ino]
+    assert [w["inode"] for w in _cur(res)["watch"]] == [(tmp_path / "server.log.1").stat().st_ino]
 
 
 def test_watched_files_stay_watched_and_prev_cursors_still_work(tmp_path) -> None:
     log = tmp_path / "server.log"
     log.write_text(_lines(0, 1))
-    c1 = tail(str(log), None, NOW, "h").cursor
+    c1 = _cur(tail(str(log), None, NOW, "h"))
     a = log.stat().st_ino
     os.rename(log, tmp_path / "server.log.1")
     log.write_text(_lines(1, 2))
-    c2 = tail(str(log), c1, NOW, "h").cursor
+    c2 = _cur(tail(str(log), c1, NOW, "h"))
     b = log.stat().st_ino
     assert [w["inode"] for w in c2["watch"]] == [a]
     # a cursor saved before "watch" named its one rotated file "prev"
@@ -161,17 +166,17 @@ def test_watched_files_stay_watched_and_prev_cursors_still_work(tmp_path) -> Non
     log.write_text("")
     r3 = tail(str(log), c2, NOW, "h")
     assert _texts(r3) == [LINE.format(n=7)]
-    c3 = r3.cursor
+    c3 = _cur(r3)
     assert [w["inode"] for w in c3["watch"]] == [a, b] and c3["fp_len"] == 0
     # on an empty file: what is watched stays watched
-    c4 = tail(str(log), c3, NOW, "h").cursor
+    c4 = _cur(tail(str(log), c3, NOW, "h"))
     assert [w["inode"] for w in c4["watch"]] == [a, b]
 
 
 def test_after_a_cursor_on_an_empty_file_only_newer_copies_are_read(tmp_path) -> None:
     log = tmp_path / "server.log"
     log.write_text("")
-    cur = dict(tail(str(log), None, NOW, "h").cursor)
+    cur = dict(_cur(tail(str(log), None, NOW, "h")))
     assert cur["fp_len"] == 0
     cur["t"] = 1000.0
     files = {  # name: (text, mtime)
@@ -196,7 +201,7 @@ def test_after_a_cursor_on_an_empty_file_only_newer_copies_are_read(tmp_path) ->
         len(LINE.format(n=1)) + 1,
     ]
     ino = {n: (tmp_path / n).stat().st_ino for n in files}
-    assert [w["inode"] for w in res.cursor["watch"]] == [
+    assert [w["inode"] for w in _cur(res)["watch"]] == [
         ino["server.log.6"],
         ino["server.log.5"],
         ino["server.log.1"],
@@ -206,7 +211,7 @@ def test_after_a_cursor_on_an_empty_file_only_newer_copies_are_read(tmp_path) ->
 def test_a_resumed_cursor_never_reads_rotated_files_by_their_time(tmp_path) -> None:
     log = tmp_path / "server.log"
     log.write_text(_lines(0, 1))
-    cur = tail(str(log), None, NOW, "h").cursor
+    cur = _cur(tail(str(log), None, NOW, "h"))
     other = tmp_path / "server.log.1"
     other.write_text(_lines(9, 10))
     future = NOW.timestamp() + 10 * 365 * 86400  # a clock that ran ahead
@@ -218,7 +223,7 @@ def test_a_resumed_cursor_never_reads_rotated_files_by_their_time(tmp_path) -> N
 def test_a_cursor_on_an_empty_file_never_takes_an_unrelated_file_for_its_copy(tmp_path) -> None:
     log = tmp_path / "server.log"
     log.write_text("")
-    cur = tail(str(log), None, NOW, "h").cursor
+    cur = _cur(tail(str(log), None, NOW, "h"))
     (tmp_path / "server.log.1").write_text(_lines(9, 10))  # older than the cursor, unrelated
     os.utime(tmp_path / "server.log.1", (1000, 1000))
     (tmp_path / "new").write_text(_lines(1, 2))

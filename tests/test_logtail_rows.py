@@ -134,6 +134,7 @@ def test_the_note_names_every_compressed_rotation_or_none(tmp_path) -> None:
     log = tmp_path / "server.log"
     log.write_text(BATCH.format(n=1) + "\n")
     cur = tail(str(log), None, NOW, "h").cursor
+    assert cur is not None
     os.rename(log, tmp_path / "moved")  # out of sight
     log.write_text(BATCH.format(n=2) + "\n")
     res = tail(str(log), cur, NOW, "h")
