@@ -39,21 +39,40 @@ def _label(first: bytes) -> str:
 
 def test_a_runaway_line_is_cut_past_four_times_the_limit(tmp_path) -> None:
     log = tmp_path / "server.log"
+    before = (LINE.format(n=0) + "\n").encode()
     start = LINE.format(n=1).encode()
-    log.write_bytes(start + b"z" * (4 * MAX_LINE - len(start)))  # exactly 4 x: still waits
+    log.write_bytes(before + start + b"z" * (4 * MAX_LINE - len(start)))  # 4 x: still waits
     res = tail(str(log), None, NOW, "h")
-    assert res.rows == [] and res.lines == 0 and _cur(res)["offset"] == 0
+    assert res.lines == 1 and len(res.rows) == 1 and _cur(res)["offset"] == len(before)
     _add(log, "z")  # one byte more: cut here, kept as one truncated line
     res = tail(str(log), None, NOW, "h")
     size = log.stat().st_size
-    assert res.lines == 1 and _cur(res)["offset"] == size
-    (row,) = res.rows
-    assert row["offset"] == 0 and row["truncated"] is True
+    assert res.lines == 2 and _cur(res)["offset"] == size
+    row = res.rows[1]
+    assert row["offset"] == len(before) and row["truncated"] is True
+    assert row["inode"] == log.stat().st_ino
     assert row["text"] == (start + b"z" * (MAX_LINE - len(start))).decode()
     _add(log, "\n" + _lines(2, 3))  # the rest of it ends, then a new line
     more = tail(str(log), res.cursor, NOW, "h")
     assert more.lines == 2 and more.unmatched == 1
     assert [(r["offset"], r["text"]) for r in more.rows] == [(size + 1, LINE.format(n=2))]
+
+
+def test_reading_goes_on_after_a_runaway_line_is_cut(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(logtail, "CHUNK", 4096)  # the cut comes in the middle of the line
+    log = tmp_path / "server.log"
+    body = LINE.format(n=1).encode() + b"z" * (4 * MAX_LINE + 10000) + b"\n"
+    log.write_bytes((_lines(0, 1)).encode() + body + _lines(2, 3).encode())
+    res = tail(str(log), None, NOW, "h")
+    first = len(LINE.format(n=0)) + 1
+    # the rest of the cut line is a line of its own (kept: it continues a kept one)
+    assert res.lines == 4 and len(res.rows) == 4
+    assert [(r["offset"], r["truncated"]) for r in res.rows[:2]] == [(0, False), (first, True)]
+    rest = res.rows[2]
+    assert set(rest["text"]) == {"z"} and rest["offset"] + len(rest["text"]) + 1 == first + len(
+        body
+    )
+    assert (res.rows[3]["offset"], res.rows[3]["text"]) == (first + len(body), LINE.format(n=2))
 
 
 def test_lines_across_read_chunks(tmp_path, monkeypatch) -> None:
@@ -234,3 +253,75 @@ def test_a_cursor_on_an_empty_file_never_takes_an_unrelated_file_for_its_copy(tm
         f"{log} was rotated and its old file (inode {cur['inode']}) is not among the rotated "
         "names: lines written after offset 0 may be missing"
     ]
+
+
+def test_a_budget_spent_inside_a_rotated_file_resumes_in_that_file(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    cur = _cur(tail(str(log), None, NOW, "h"))
+    _add(log, _lines(1, 20))
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(20, 21))
+    res = tail(str(log), cur, NOW, "h", max_bytes=1000)
+    step = len(LINE.format(n=10)) + 1
+    assert res.stopped and _texts(res) == [LINE.format(n=n) for n in range(1, 1 + 1000 // step)]
+    assert _cur(res)["inode"] == (tmp_path / "server.log.1").stat().st_ino
+    last = res.rows[-1]
+    assert _cur(res)["offset"] == last["offset"] + len(last["text"]) + 1
+    assert "watch" not in _cur(res)
+
+
+def test_a_watched_file_that_is_gone_is_forgotten_even_if_a_copy_is_left(tmp_path) -> None:
+    import shutil
+
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    c1 = _cur(tail(str(log), None, NOW, "h"))
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(1, 2))
+    c2 = _cur(tail(str(log), c1, NOW, "h"))
+    assert len(c2["watch"]) == 1
+    shutil.copy(tmp_path / "server.log.1", tmp_path / "server.log-copy")
+    os.unlink(tmp_path / "server.log.1")
+    _add(tmp_path / "server.log-copy", _lines(9, 10))  # not the file that was watched
+    res = tail(str(log), c2, NOW, "h")
+    assert res.rows == [] and "watch" not in _cur(res)
+
+
+def test_a_truncation_during_the_read_keeps_the_rows_of_rotated_files(tmp_path, monkeypatch):
+    """copytruncate lands while the live file is read, after a watched file gave rows."""
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    c1 = _cur(tail(str(log), None, NOW, "h"))
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(1, 2))
+    c2 = _cur(tail(str(log), c1, NOW, "h"))
+    _add(tmp_path / "server.log.1", _lines(10, 11))  # late, to the renamed file
+    _add(log, _lines(2, 4))
+    real = logtail._Reader.read
+
+    def read(self, f, start):  # type: ignore[no-untyped-def]
+        if f.name == str(log) and not (tmp_path / "server.log-copy").exists():
+            (tmp_path / "server.log-copy").write_bytes(log.read_bytes())
+            with open(log, "r+") as w:
+                w.truncate(0)
+            _add(log, _lines(4, 9))
+        return real(self, f, start)
+
+    monkeypatch.setattr(logtail._Reader, "read", read)
+    r3 = tail(str(log), c2, NOW, "h")
+    assert _texts(r3) == [LINE.format(n=10)]  # what came from the live file is dropped
+    assert _cur(r3)["inode"] == log.stat().st_ino and _cur(r3)["offset"] == c2["offset"]
+    monkeypatch.undo()
+    r4 = tail(str(log), r3.cursor, NOW, "h")
+    assert _texts(r4) == [LINE.format(n=n) for n in range(2, 9)]
+
+
+def test_a_file_smaller_than_the_fingerprint_when_listed_is_not_the_cursors(tmp_path) -> None:
+    f = tmp_path / "grown"
+    f.write_text(_lines(0, 2))
+    with open(f, "rb") as fh:
+        cur = logtail._stamp(fh, 0)
+        assert logtail._matches(fh, f.stat().st_size, cur)
+        # listed when it was shorter than the fingerprint: grown since, not the same file
+        assert not logtail._matches(fh, cur["fp_len"] - 1, cur)
