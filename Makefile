@@ -50,7 +50,7 @@ gold: install ## regenerate the report gold files (review the diff!)
 
 .PHONY: mutate
 MUTMUT_JOBS ?= 2
-mutate: install ## mutation tests, slow, not in CI: each rule's SQL against its cases, then mutmut on the collector's importers, log tail and writer
+mutate: install ## mutation tests, slow, not in CI: each rule's SQL against its cases, then mutmut on the collector's importers, log tail (and its rotation set) and writer
 	@command -v $(VENV)/bin/mutmut >/dev/null || { echo "make mutate: mutmut is not installed: $(PY) -m pip install 'mutmut>=3.3'"; exit 2; }
 	rules=0; $(VENV)/bin/leakreport rules test --mutate || rules=$$?; \
 	rm -rf $(OUT)/mutmut && mkdir -p $(OUT)/mutmut && cp -r collector tests $(OUT)/mutmut/ && \

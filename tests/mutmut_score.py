@@ -1,8 +1,8 @@
 """Kill rate per module from ``mutmut results --all true`` (stdin), for ``make mutate``.
 
 Killed: a test failed (or timed out, or crashed) on the mutant. Not killed:
-survived, and "no tests" (no selected test even runs the mutated function).
-Exit 1 when a module is under --target percent.
+survived, "no tests" (no selected test even runs the mutated function) and "not
+checked". Exit 1 when a module is under --target percent, 2 when nothing was tested.
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ def main() -> int:
             per[m.group(1)][m.group(2)] += 1
     if not per:
         print("mutmut_score: no mutants in the input (did mutmut run?)", file=sys.stderr)
+        return 2
+    if all(set(c) == {"not checked"} for c in per.values()):
+        print(
+            "mutmut_score: no mutant was tested: mutmut stopped before (most often the tests"
+            " failed on the unmutated code; see mutmut-run.log)",
+            file=sys.stderr,
+        )
         return 2
     low = False
     for module, c in sorted(per.items()):
