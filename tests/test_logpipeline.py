@@ -176,7 +176,8 @@ def test_collector_line_time_policy() -> None:
     assert line_time(v, None, fallback_year=2025) == dt.datetime(
         2025, 4, 19, 10, 18, 36, tzinfo=utc
     )
-    assert line_time("2026-01-01T00:00:00Z " + v, 2024).year == 2024  # a person's --year wins
+    stamped = line_time("2026-01-01T00:00:00Z " + v, 2024)
+    assert stamped is not None and stamped.year == 2024  # a person's --year wins
     assert line_time("2026-09-18T04:07:30.5+02:00 stdout F x", None) == dt.datetime(
         2026, 9, 18, 2, 7, 30, tzinfo=utc
     )
