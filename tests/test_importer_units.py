@@ -275,12 +275,17 @@ def test_times_are_utc_whatever_the_machine_zone(tmp_path, monkeypatch) -> None:
 def test_concatenated_exports_bad_bytes_and_comments(tmp_path) -> None:
     f = tmp_path / "cat.csv"
     part = "\ufeffindex, memory.used [MiB]\n0, 100 MiB\n"
+    # the second export's byte-order mark is mid-file: its header is still a header
+    again = "\ufeffmemory.used [MiB], index\n300 MiB, 1\n"
     f.write_bytes(
-        (part + "# 0, 999 MiB  a comment, not data\n" + part).encode("utf-8")
+        (part + "# 0, 999 MiB  a comment, not data\n" + again).encode("utf-8")
         + b"banner \xff\xfe not utf-8\n"
     )
     got = read_nvidia_smi_csv(f, "h", start=T0)
-    assert [r["memory_used_bytes"] // MIB for r in got.rows] == [100, 100]
+    assert [(r["gpu_index"], r["memory_used_bytes"] // MIB) for r in got.rows] == [
+        (0, 100),
+        (1, 300),
+    ]
     assert got.skipped == 1 and got.skipped_examples[0].startswith(f"{f}:6: ")
     m = tmp_path / "mem.log"
     m.write_bytes("\ufeff2026-01-01T00:00:00Z 5\n".encode() + b"\xff junk\n")
@@ -314,6 +319,16 @@ def test_skip_reasons_and_empty_files(tmp_path) -> None:
     assert repr("x" * 80) in str(got_err.value) and repr("x" * 81) not in str(got_err.value)
 
 
+def test_a_skip_reason_is_the_whole_message(tmp_path) -> None:
+    folder = tmp_path / "smi exports"  # a space in the path
+    folder.mkdir()
+    f = folder / "s.csv"
+    f.write_text("index, memory.used [MiB]\n0, a: b\n0, 5\n")
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    assert got.skipped_examples == [f"{f}:2: unreadable memory_used_bytes value 'a: b'"]
+    assert [r["memory_used_bytes"] for r in got.rows] == [5 * MIB]
+
+
 def test_date_loop_zone_names_and_gpu_counting(tmp_path) -> None:
     f = tmp_path / "loop.log"
     f.write_text(
@@ -336,9 +351,9 @@ def test_server_log_rows_are_complete(tmp_path) -> None:
 
     batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
     exact = "[2025-11-11 04:28:31] " + batch
-    exact += "x" * (MAX_LINE_BYTES - len(exact) - 1)  # with its newline: exactly the limit
+    exact += "X" * (MAX_LINE_BYTES - len(exact) - 1)  # with its newline: exactly the limit
     lines = [
-        b"[2025-11-11 04:28:30] " + batch.encode() + b"\r\n",
+        b"[2025-11-11 04:28:30] " + batch.encode() + b" \r\n",  # only CR LF go
         b"INFO 11-12 05:00:00 " + batch.encode() + b"\n",  # MM-DD: the year is given
         b"no time here \xff " + batch.encode() + b"\n",  # takes the line before's time
         exact.encode() + b"\n",
@@ -353,7 +368,7 @@ def test_server_log_rows_are_complete(tmp_path) -> None:
     assert {r["host"] for r in rows} == {"h"} and {r["file"] for r in rows} == {str(f)}
     assert {r["inode"] for r in rows} == {f.stat().st_ino}
     assert [r["truncated"] for r in rows] == [False, False, False, False, True]
-    assert rows[0]["text"].endswith("#queue-req: 0") and "\r" not in rows[0]["text"]
+    assert rows[0]["text"] == "[2025-11-11 04:28:30] " + batch + " " and rows[3]["text"] == exact
     assert "\ufffd" in rows[2]["text"]
     utc = dt.UTC
     assert [r["ts"] for r in rows[:3]] == [
