@@ -15,7 +15,9 @@ is dropped.
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +80,13 @@ def windows(path: str | Path, chunk_bytes: int = CHUNK_BYTES, after: int = 5) ->
     """The file as windows of about ``chunk_bytes`` each (at least one line per chunk), each
     with the line before its chunk and ``after`` lines behind it. Reads the file as it was
     when opened (lines appended meanwhile wait for the next run); a file cut shorter while
-    being read is an OSError."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    being read is an OSError. A pipe is read whole first (it cannot be read twice)."""
+    with open(path, "rb") as raw:
+        f: BinaryIO = raw
+        size = os.fstat(raw.fileno()).st_size
+        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):  # a pipe (/dev/stdin): all of it
+            f = io.BytesIO(raw.read())
+            size = len(f.getbuffer())
         start = len(BOM) if size >= len(BOM) and f.read(len(BOM)) == BOM else 0
         pos = ws = start
         while pos < size:

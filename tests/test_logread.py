@@ -4,8 +4,10 @@ never drops a line a recogniser would name."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -108,6 +110,17 @@ def test_a_log_cut_shorter_while_being_read_is_an_error_not_wrong_lines(tmp_path
     f.write_bytes(b"line\n" * 10)  # truncated in place (copytruncate)
     with pytest.raises(OSError, match="got shorter"):
         list(windows)
+
+
+def test_a_pipe_is_read_whole(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    log = CORPUS / "vllm_logs.txt"
+    writer = threading.Thread(target=lambda: fifo.write_bytes(log.read_bytes()), daemon=True)
+    writer.start()
+    got, n = logparse.parse_file(fifo, chunk_bytes=1000)
+    writer.join(timeout=10)
+    assert n == logread.read_lines(log).len() and got.equals(_whole(log))
 
 
 # --- the screen ---------------------------------------------------------------------------
