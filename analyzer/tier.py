@@ -157,7 +157,9 @@ def build(
     have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width)
     built: set[tuple[dt.date, str]] = set()
     seen: set[tuple[dt.date, str]] = set()
-    with tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
+    con = duckdb.connect()  # one for every host-day: a new one costs ~30 ms
+    con.execute("SET TimeZone = 'UTC'")
+    with con, tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
         for (source, day, host_dir), entries in sorted(
             groups(root, before, fs, list(SOURCES)).items()
         ):
@@ -173,7 +175,7 @@ def build(
             paths = [c.entry.path for c in good]
             if fs is not None:
                 paths = _stage(fs, paths, stage)
-            _derive(bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
+            _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
             built.add((day, host_dir))
             _delete_old(root, fs, source, day, host_dir, hashes, src_hash)
             if progress:
@@ -210,6 +212,7 @@ def _delete_old(
 
 
 def _derive(
+    con: duckdb.DuckDBPyConnection,
     bucket: str | os.PathLike[str],
     source: str,
     day: dt.date,
@@ -223,25 +226,20 @@ def _derive(
     from analyzer.bucket import raw_select, to_arrow
     from collector.writer import write_derived
 
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"CREATE VIEW {source} AS {raw_select(con, source, paths, '')}")
-        params = build_params(width)
-        for tier_table in _of(source):
-            table = TIERS[tier_table][0]
-            stmt = stmts[table]
-            refs = referenced_params(stmt)
-            con.execute(stmt, {k: params[k] for k in refs} if refs else None)
-            data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
-            extra = {
-                HASH_KEY: hashes[tier_table].encode(),
-                SOURCES_KEY: src_hash.encode(),
-                WIDTH_KEY: f"{width:g}".encode(),
-            }
-            write_derived(bucket, host_dir, tier_table, day, data, extra)
-    finally:
-        con.close()
+    con.execute(f"CREATE OR REPLACE VIEW {source} AS {raw_select(con, source, paths, '')}")
+    params = build_params(width)
+    for tier_table in _of(source):
+        table = TIERS[tier_table][0]
+        stmt = stmts[table]
+        refs = referenced_params(stmt)
+        con.execute(stmt, {k: params[k] for k in refs} if refs else None)
+        data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
+        extra = {
+            HASH_KEY: hashes[tier_table].encode(),
+            SOURCES_KEY: src_hash.encode(),
+            WIDTH_KEY: f"{width:g}".encode(),
+        }
+        write_derived(bucket, host_dir, tier_table, day, data, extra)
 
 
 @dataclass
