@@ -67,6 +67,7 @@ _UNITS = {
 class ImportError_(ValueError):  # noqa: N801 - the builtin name is taken
     def __init__(self, path: str | os.PathLike[str], line: int, msg: str) -> None:
         super().__init__(f"{path}:{line}: {msg}")
+        self.msg = msg
 
 
 def _column(header: str) -> tuple[str | None, str | None]:
@@ -192,7 +193,7 @@ def read_nvidia_smi_csv(
                 if strict:
                     raise
                 first_error = first_error or e
-                out.skip(path, n, str(e).split(": ", 1)[1])
+                out.skip(path, n, e.msg)
                 continue
             if isinstance(rec.get("ts"), dt.datetime) and rec["ts"].tzinfo is None:
                 rec["ts"] = rec["ts"].replace(tzinfo=zone_).astimezone(dt.UTC)

@@ -77,6 +77,8 @@ def _open_all(p: Path, path: str, names: dict[str, int]) -> tuple[dict[str, Gen]
     """Open the listed names; and what to say if the live one is not among them."""
     gens: dict[str, Gen] = {}
     error = f"{path}: No such file or directory"
+    if p.name not in names and p.exists():  # a FIFO, socket or folder is never tailed
+        error = f"{path}: not a regular file (only regular files are tailed)"
     for name in sorted(names):
         try:
             f = open(p.parent / name, "rb")  # noqa: SIM115 - closed by the caller

@@ -383,3 +383,12 @@ def test_server_log_rows_are_complete(tmp_path) -> None:
     os.utime(f, (1767225600, 1767225600))
     (row,) = server_log(f, "h")
     assert row["ts"] == dt.datetime(2026, 1, 1, tzinfo=utc) and row["ts"].tzinfo is utc
+
+
+def test_a_skip_reason_survives_a_path_holding_colon_space(tmp_path) -> None:
+    folder = tmp_path / "exports: node 7"  # ': ' inside the path itself
+    folder.mkdir()
+    f = folder / "s.csv"
+    f.write_text("index, memory.used [MiB]\n0, 1, 2\n0, 5\n")
+    got = read_nvidia_smi_csv(f, "h", start=T0)
+    assert got.skipped_examples == [f"{f}:2: 3 fields, header has 2"]

@@ -77,6 +77,17 @@ def test_a_missing_log_or_folder_is_named(tmp_path) -> None:
     assert res.cursor == {"inode": 1, "offset": 5} and res.rows == []
 
 
+def test_a_fifo_or_folder_in_place_of_the_log_is_named_as_such(tmp_path) -> None:
+    fifo, folder = tmp_path / "pipe.log", tmp_path / "dir.log"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    with contextlib.ExitStack() as stack:
+        for p in (fifo, folder):
+            snap = snapshot(str(p), stack)  # returns at once: a FIFO is never opened
+            assert snap.current is None
+            assert snap.error == f"{p}: not a regular file (only regular files are tailed)"
+
+
 def test_a_file_that_cannot_be_opened_is_said_or_skipped(tmp_path, monkeypatch) -> None:
     log = tmp_path / "server.log"
     log.write_text(LINE.format(n=1))
