@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from motoserver import MOTO, moto_s3
 from test_prometheus import _analyze, _import, _rows, _verdicts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +32,6 @@ pytestmark = pytest.mark.skipif(
 HOURS = 6
 START, END = "2026-11-23T00:00:00Z", "2026-11-23T05:59:50Z"
 T0 = 1795392000.0  # START
-MOTO = Path(sys.executable).with_name("moto_server")
 
 
 @pytest.fixture(scope="module")
@@ -91,53 +88,12 @@ def test_without_dedup_the_replicas_would_double(ha: dict[str, Any]) -> None:
     assert bad.returncode == 2 and "--replica-label 'a-b'" in bad.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def s3_env() -> Iterator[dict[str, str]]:
-    exe = str(MOTO) if MOTO.exists() else shutil.which("moto_server")
-    if not exe:
+    if MOTO is None:
         pytest.skip("moto[server] missing")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
-    }
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        from pyarrow import fs
-
-        fs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            access_key="test",
-            secret_key="test",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        ).create_dir("leaktraces")
+    with moto_s3("leaktraces") as env:
         yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_overlap_guard_on_an_s3_bucket(ha: dict[str, Any], s3_env: dict[str, str]) -> None:

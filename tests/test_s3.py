@@ -5,79 +5,34 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
+from motoserver import MOTO, free_port, moto_s3
 
 from analyzer.bucket import Scope
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
 from simulator.generate import simulate
 
-MOTO = Path(sys.executable).with_name("moto_server")
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
-pytestmark = pytest.mark.skipif(
-    not MOTO.exists() and not shutil.which("moto_server"), reason="moto[server] missing"
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = pytest.mark.skipif(MOTO is None, reason="moto[server] missing")
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    port = _free_port()
-    exe = str(MOTO) if MOTO.exists() else shutil.which("moto_server")
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        from pyarrow import fs
-
-        fs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            access_key="test",
-            secret_key="test",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        ).create_dir("leaktraces")
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_s3("leaktraces") as env:
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield env
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def _comparable(doc, files: bool = True) -> str:
@@ -161,7 +116,7 @@ def test_collector_writes_and_cli_reads(s3, tmp_path) -> None:
 def test_unreachable_store_is_a_clear_error(tmp_path) -> None:
     env = {
         **os.environ,
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
         "AWS_ACCESS_KEY_ID": "x",
         "AWS_SECRET_ACCESS_KEY": "x",
         "AWS_REGION": "us-east-1",

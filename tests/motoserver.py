@@ -1,0 +1,65 @@
+"""A real S3-compatible server (moto in server mode) on 127.0.0.1, for tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+_BESIDE = Path(sys.executable).with_name("moto_server")
+MOTO: str | None = str(_BESIDE) if _BESIDE.exists() else shutil.which("moto_server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """Start moto on a free port, create ``bucket``, yield the AWS_* variables that
+    point a client at it; the server stops on exit."""
+    if MOTO is None:
+        raise RuntimeError("moto[server] is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [MOTO, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+    }
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        from pyarrow import fs
+
+        fs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="test",
+            secret_key="test",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir(bucket)
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
