@@ -10,8 +10,10 @@ tables Prometheus holds (device and engine series), per GPU.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import http.server
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,9 +37,12 @@ pytestmark = pytest.mark.skipif(
     reason="prometheus and promtool are not installed (Debian package `prometheus`)",
 )
 
-HOURS = 8
+# 8 hours in CI; LEAKREPORT_PROM_HOURS=168 runs the same comparison over a week
+HOURS = int(os.environ.get("LEAKREPORT_PROM_HOURS", "8"))
 START = "2026-11-23T00:00:00Z"
-END = "2026-11-23T07:59:50Z"  # the native trace's last sample
+END = (  # the native trace's last sample
+    dt.datetime(2026, 11, 23, tzinfo=dt.UTC) + dt.timedelta(hours=HOURS, seconds=-10)
+).strftime("%Y-%m-%dT%H:%M:%SZ")
 K8S = {"cache-warmup-00", "cache-restarted-00"}
 
 
