@@ -88,7 +88,16 @@ def checked_files(
     """(readable files of a table in scope, files left out because they do not match)."""
     root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
     entries = layout.list_entries(root, table, fs, scope.date_ok, scope.host_ok)
-    return layout.live(layout.check_all(entries, fs))
+    return layout.live(read_footers(entries, fs))
+
+
+def read_footers(entries: list[layout.Entry], fs: Any = None) -> list[layout.FileCheck]:
+    """:func:`collector.layout.check_file` for each file: in parallel over S3 (the wait is
+    the request), one after the other for a local folder (footers of a few KB in the page
+    cache: a thread pool costs more than it saves, 0.15 s against 0.27 s for 875 files)."""
+    if fs is not None:
+        return layout.check_all(entries, fs)
+    return [layout.check_file(e) for e in entries]
 
 
 def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:

@@ -1,16 +1,15 @@
 """The stored rollup tier: derived once per finished host-day, read instead of raw samples.
 
-``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very
-ones the analysis runs) over one host-day's raw files at a time and stores their
-results in the bucket layout: ``tier_gpu_info`` and ``tier_gpu_buckets`` (from
-``gpu_samples``), ``tier_metric_norm`` (``metric_samples``), ``tier_proc_bins``
-(``gpu_processes``); each groups by a key that never crosses midnight.
+``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very ones the
+analysis runs) over one host-day's raw files at a time and stores their results in the bucket
+layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``), ``tier_metric_norm``
+(``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), grouped by keys within a day.
 
-Each file records the hash of its SQL (with the parameter values it used, the schema
-version and tier format) and of the raw files it was made from. An analysis reads a
-host-day from the tier only when both still match, its raw files lie within the day
-and pass the time-sanity bounds, and the parameters are the same; otherwise (changed
-SQL, late data, a compaction since, today) from raw samples: same findings either way.
+Each file records the hash of its SQL (with the parameter values it used, the schema version
+and tier format) and of the raw files it was made from. An analysis reads a host-day from the
+tier only when both still match, its raw files lie within the day and pass the time-sanity
+bounds, and the parameters are the same; otherwise (changed SQL, late data, a compaction
+since, today) from raw samples: same findings either way.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,13 +113,14 @@ def current_tier(
     root: str, fs: Any, date_ok: layout.DateOk, host_ok: layout.HostOk, width: float
 ) -> Current:
     """(day, host folder) -> tier table -> (file, sources hash), for files made by the current SQL."""
-    from concurrent.futures import ThreadPoolExecutor
-
     out: Current = {}
     entries = [e for t in TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
     want = {t: sql_hash(width, t) for t in TIERS}
-    with ThreadPoolExecutor(8) as pool:  # footers are small: the wait is the open, not the CPU
-        metas = list(pool.map(lambda e: _tier_meta(e, fs), entries))
+    if fs is None:  # local footers: one after the other beats a thread pool (0.05 s vs 0.10 s)
+        metas = [_tier_meta(e, None) for e in entries]
+    else:  # S3: the wait is the request, not the CPU
+        with ThreadPoolExecutor(8) as pool:
+            metas = list(pool.map(lambda e: _tier_meta(e, fs), entries))
     for e, md in zip(entries, metas, strict=True):
         if md.get(HASH_KEY, b"").decode() != want[e.table]:
             continue  # stale: made by other SQL; never read
@@ -388,8 +389,7 @@ def rollup_with_tier(
             f"FROM {source}\n", f"FROM {source}_rest\n"
         )
         con.execute(rest, {k: params[k] for k in refs} if refs else None)
-        # rows come in no particular order either way (tier files, then a hash aggregate):
-        # not keeping it makes the copy about a third cheaper
+        # rows come in no particular order either way: not keeping it is a third cheaper
         con.execute("SET preserve_insertion_order = false")
         try:
             for s in rollup._statements((COMBINE_DIR / f"{table}.sql").read_text("utf-8")):
