@@ -139,6 +139,8 @@ class Opened:
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
     tier: Any = None  # analyzer.tier.TierUse when the stored rollup tier is read
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
+    # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
+    hosts: dict[str, set[str]] = field(default_factory=dict)
 
 
 def open_checked(
@@ -227,6 +229,7 @@ def open_checked(
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
+    out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:
         from analyzer import tier
 
@@ -260,6 +263,19 @@ def raw_select(
         keys = ", ".join(f'"{c}"' for c in spec.key)
         return f"SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
     return f"SELECT {cols} FROM {src}{cond}"
+
+
+def footer_hosts(
+    good: dict[str, list[layout.FileCheck]], parts: dict[str, str]
+) -> dict[str, set[str]]:
+    """Per table whose view reads its files whole (no scope or quarantine condition) and
+    whose every file's footer names one host for all rows: the hosts it has rows of."""
+    out: dict[str, set[str]] = {}
+    for name, checks in good.items():
+        if parts.get(name, "") or any(c.rows and c.host is None for c in checks):
+            continue
+        out[name] = {c.host for c in checks if c.rows and c.host is not None}
+    return out
 
 
 def samples_span(files: list[layout.FileCheck], hi: dt.datetime) -> float | None:

@@ -37,14 +37,21 @@ def _hosts_with(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
         return set()
 
 
-def build(con: duckdb.DuckDBPyConnection, doc: FindingsDocument, packs: list[Pack]) -> None:
-    """Fill ``doc.coverage`` and each skipped rule's ``hint``."""
+def build(
+    con: duckdb.DuckDBPyConnection,
+    doc: FindingsDocument,
+    packs: list[Pack],
+    known: dict[str, set[str]] | None = None,
+) -> None:
+    """Fill ``doc.coverage`` and each skipped rule's ``hint``. ``known``: table -> the
+    hosts it has rows of, where the files' footers already tell (no scan of those)."""
     rules = {r.id: r for p in packs for r in p.rules}
     for st in doc.run.rules:
         rule = rules.get(st.rule_id)
         if st.status == "skipped" and rule is not None and rule.missing_hint:
             st.hint = rule.missing_hint
-    present = {t: _hosts_with(con, t) for t in TABLES if t in INPUTS}
+    known = known or {}
+    present = {t: known[t] if t in known else _hosts_with(con, t) for t in TABLES if t in INPUTS}
     try:
         sources = con.execute(
             "SELECT host, list(DISTINCT lifetime_source ORDER BY lifetime_source) FROM gpu_lifetimes "

@@ -323,7 +323,8 @@ def _analyze(
                 )
         doc.run.rules = statuses
         clock = time.perf_counter()
-        coverage.build(con, doc, packs)  # per host: what could and could not be checked
+        # per host: what could and could not be checked
+        coverage.build(con, doc, packs, opened.hosts)
         doc.findings.sort(key=Finding.sort_key)
         pods.annotate(con, doc.findings)  # the Kubernetes pod on the GPU, where known
         lap("coverage")

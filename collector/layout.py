@@ -218,6 +218,7 @@ class FileCheck:
     ts_min: dt.datetime | None = None
     ts_max: dt.datetime | None = None
     replaces: list[str] = field(default_factory=list)
+    host: str | None = None  # every row's host, where the statistics show one value, no NULL
 
 
 def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
@@ -271,6 +272,7 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
             return res
     res.rows = md.num_rows
     res.ts_min, res.ts_max = _time_range(md, schema.get_field_index(spec.time_column))
+    res.host = _one_value(md, schema.get_field_index("host"))
     raw = kv.get(REPLACES_KEY)
     if raw:
         try:
@@ -278,6 +280,17 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
         except ValueError:
             res.problem = "its list of replaced files is not JSON"
     return res
+
+
+def _one_value(md: pq.FileMetaData, col: int) -> str | None:
+    """The one string every row of a column holds, from the statistics (None: unknown)."""
+    seen: set[Any] = set()
+    for i in range(md.num_row_groups if col >= 0 else 0):
+        st = md.row_group(i).column(col).statistics
+        if st is None or not st.has_min_max or st.null_count != 0 or st.min != st.max:
+            return None
+        seen.add(st.min)
+    return seen.pop() if len(seen) == 1 and isinstance(next(iter(seen)), str) else None
 
 
 def _time_range(md: pq.FileMetaData, col: int) -> tuple[dt.datetime | None, dt.datetime | None]:

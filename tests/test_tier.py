@@ -228,3 +228,33 @@ def test_theil_sen_cost_grows_with_windows_not_pairs() -> None:
     _, small = _trend(2_000, 2**20)
     _, big = _trend(40_000, 2**20)  # every pair: 800 M slopes; bounded: 1.3 M
     assert big < max(20 * small, 5.0)
+
+
+def _sql_hosts(con, table: str) -> set[str]:
+    return {r[0] for r in con.execute(f"SELECT DISTINCT host FROM {table}").fetchall()}
+
+
+def test_hosts_per_table_from_footers_match_a_scan_and_fall_back_when_unsure(bucket) -> None:
+    """Coverage takes each table's hosts from the footers (no scan) only where they are
+    exact: every file's rows of one host and no row condition on the view."""
+    from analyzer.bucket import Scope, open_checked
+
+    o = open_checked(bucket, now=NOW)
+    assert {"gpu_samples", "gpu_processes", "metric_samples"} <= set(o.hosts)
+    for table, hosts in o.hosts.items():
+        assert hosts == _sql_hosts(o.con, table), table
+    assert len(o.hosts["gpu_samples"]) == 2
+    # a file whose rows name two hosts: its footer cannot tell, the table is scanned
+    f = sorted((bucket / "gpu_samples").rglob("*.parquet"))[0]
+    t = pq.read_table(f)
+    hosts = ["elsewhere"] + t.column("host").to_pylist()[1:]
+    t = t.set_column(t.schema.get_field_index("host"), "host", pa.array(hosts, pa.string()))
+    pq.write_table(t, f)
+    o = open_checked(bucket, now=NOW)
+    assert "gpu_samples" not in o.hosts
+    assert "elsewhere" in _sql_hosts(o.con, "gpu_samples")
+    assert "gpu_processes" in o.hosts
+    # a scope's day condition on the rows: only tables with no file come from the listing
+    o = open_checked(bucket, Scope(since=DAY2), now=NOW)
+    assert o.counts["gpu_processes"] and "gpu_processes" not in o.hosts
+    assert all(not o.counts[t] and hs == set() for t, hs in o.hosts.items())
