@@ -21,7 +21,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -43,17 +43,20 @@ class Window:
         return lines.slice(self.before, lines.len() - self.before - self.after)
 
 
+# polars' CSV reader as a line splitter: one column, no quoting, bad bytes replaced
+LINES_CSV: dict[str, Any] = {
+    "has_header": False,
+    "separator": "\x1f",
+    "quote_char": None,
+    "truncate_ragged_lines": True,
+    "encoding": "utf8-lossy",
+    "infer_schema": False,
+}
+
+
 def decode(data: bytes) -> pl.Series:
     """The lines of a window's ``data`` (its leading newline dropped), read in Rust."""
-    df = pl.read_csv(
-        data,
-        has_header=False,
-        separator="\x1f",
-        quote_char=None,
-        truncate_ragged_lines=True,
-        encoding="utf8-lossy",
-        infer_schema=False,
-    )
+    df = pl.read_csv(data, **LINES_CSV)
     # the leading newline makes the first row empty, so it fixes one column (a line with
     # 0x1f later is cut, not an error) and no byte-order mark is read off a mid-file line
     return df.to_series(0).slice(1).fill_null("").alias("text")

@@ -56,7 +56,7 @@ def _one(what: str, log: str) -> dict[str, Any]:
     """One measurement, in this (child) process: wall and CPU seconds, peak memory."""
     import polars as pl
 
-    from analyzer import logparse
+    from analyzer import logparse, logread
 
     c0, t0 = time.process_time(), time.perf_counter()  # CPU: all threads
     res: dict[str, Any] = {}
@@ -64,15 +64,7 @@ def _one(what: str, log: str) -> dict[str, Any]:
         frame, lines = logparse.parse_file(log, text=False)  # as `logs parse` does
         res |= {"lines": lines, "events": frame.height}
     else:  # the floor: polars reads every line, as the parser's reader does, and stops
-        df = pl.read_csv(
-            log,
-            has_header=False,
-            separator="\x1f",
-            quote_char=None,
-            truncate_ragged_lines=True,
-            encoding="utf8-lossy",
-            infer_schema=False,
-        )
+        df = pl.read_csv(log, **logread.LINES_CSV)
         res["lines"] = df.height
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -28,17 +28,6 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import promfleet  # noqa: E402
 
-# the import in a child that reports its own peak RSS when it exits
-_CHILD = (
-    "import resource, runpy, sys\n"
-    "sys.argv = ['leakcollect import prometheus', *sys.argv[1:]]\n"
-    "try:\n"
-    "    runpy.run_module('collector.promcli', run_name='__main__')\n"
-    "finally:\n"
-    "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-    "    print(f'PEAK_RSS_KB {rss}', file=sys.stderr)\n"
-)
-
 
 def main(
     hosts: int, hours: float, work: Path | None = None, synthetic_gpus: int = 0
@@ -81,7 +70,7 @@ def main(
             args += ["--step", f"{step}s", "--bucket", str(root / "imported")]
             t = time.perf_counter()
             r = subprocess.run(
-                [sys.executable, "-c", _CHILD, *args],
+                [sys.executable, "-c", promfleet.IMPORT_CHILD, *args],
                 capture_output=True,
                 text=True,
                 cwd=REPO,

@@ -40,16 +40,6 @@ STEP = 15
 T0 = 1795392000.0  # 2026-11-23T00:00:00Z
 BLOCK_STEPS = 7200 // STEP
 
-_CHILD = (
-    "import resource, runpy, sys\n"
-    "sys.argv = ['leakcollect import prometheus', *sys.argv[1:]]\n"
-    "try:\n"
-    "    runpy.run_module('collector.promcli', run_name='__main__')\n"
-    "finally:\n"
-    "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-    "    print(f'PEAK_RSS_KB {rss}', file=sys.stderr)\n"
-)
-
 
 def backfill(work: Path, gpus: int, hours: float) -> dict[str, Any]:
     """The TSDB for this size in ``work/tsdb`` (reused when a finished one is there)."""
@@ -103,7 +93,10 @@ def run(gpus: int, hours: float, work: Path, points: int | None = None) -> dict[
         t = time.perf_counter()
         with open(log, "w", encoding="utf-8") as err:
             r = subprocess.run(
-                [sys.executable, "-c", _CHILD, *args], stderr=err, cwd=REPO, check=False
+                [sys.executable, "-c", promfleet.IMPORT_CHILD, *args],
+                stderr=err,
+                cwd=REPO,
+                check=False,
             )
         wall = time.perf_counter() - t
     text = log.read_text(encoding="utf-8")

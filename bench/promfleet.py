@@ -29,6 +29,17 @@ MIB = 1024 * 1024
 PROM = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
+# `leakcollect import prometheus` in a child that reports its own peak RSS on exit
+IMPORT_CHILD = (
+    "import resource, runpy, sys\n"
+    "sys.argv = ['leakcollect import prometheus', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('collector.promcli', run_name='__main__')\n"
+    "finally:\n"
+    "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "    print(f'PEAK_RSS_KB {rss}', file=sys.stderr)\n"
+)
+
 
 def have_prometheus() -> bool:
     return Path(PROM).exists() and Path(PROMTOOL).exists()
