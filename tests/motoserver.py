@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _BESIDE = Path(sys.executable).with_name("moto_server")
 MOTO: str | None = str(_BESIDE) if _BESIDE.exists() else shutil.which("moto_server")
@@ -19,6 +20,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def s3_with_bucket(host: str, port: int, bucket: str) -> Any:
+    """A pyarrow S3 filesystem on the server at host:port, with ``bucket`` created."""
+    from pyarrow import fs
+
+    s3 = fs.S3FileSystem(
+        endpoint_override=f"{host}:{port}",
+        scheme="http",
+        access_key="test",
+        secret_key="test",
+        region="us-east-1",
+        allow_bucket_creation=True,
+    )
+    s3.create_dir(bucket)
+    return s3
 
 
 @contextlib.contextmanager
@@ -49,16 +66,7 @@ def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        from pyarrow import fs
-
-        fs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            access_key="test",
-            secret_key="test",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        ).create_dir(bucket)
+        s3_with_bucket("127.0.0.1", port, bucket)
         yield env
     finally:
         proc.terminate()

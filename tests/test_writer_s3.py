@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from motoserver import s3_with_bucket
 
 from collector import __version__
 from collector.schema import SCHEMA_VERSION
@@ -47,17 +48,7 @@ def s3fs() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
-        from pyarrow import fs
-
-        s3 = fs.S3FileSystem(
-            endpoint_override=f"{host}:{port}",
-            scheme="http",
-            access_key="test",
-            secret_key="test",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        )
-        s3.create_dir(BUCKET)
+        s3 = s3_with_bucket(host, port, BUCKET)
         try:
             yield s3
         finally:
