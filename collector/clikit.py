@@ -6,6 +6,7 @@ context's ``meta``, so a flag given to any subcommand counts for the whole run.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -49,18 +50,15 @@ def verbosity_level() -> int:
 
 
 def _check_tz(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None or value.upper() in ("UTC", "Z"):
-        return value
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    """The zone as every reader takes it ("utc" and "Z" become "UTC"), or a usage error."""
+    if value is None:
+        return None
+    from collector.importers import zone  # the one reading of a zone name
 
     try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(
-            f"unknown time zone {value!r} (use an IANA name such as Europe/Berlin, or UTC)",
-            param=param,
-        ) from None
-    return value
+        return "UTC" if zone(value) is dt.UTC else value
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from None
 
 
 def tz_option(help_text: str, default: str | None = None) -> Callable[[Any], Any]:

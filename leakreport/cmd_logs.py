@@ -64,8 +64,6 @@ def logs_parse(
         frame, n_lines = logparse.parse_file(file, engine, year, tz=tz, text=False)
     except OSError as e:
         die(f"{file}: {e}")
-    except (KeyError, ValueError) as e:  # an unknown --tz
-        die(f"--tz {tz}: unknown time zone ({e})")
     if fmt == "jsonl":
         text = logparse.to_jsonl(frame)
     else:
@@ -117,8 +115,6 @@ def logs_grade(
         g = loggrade.grade([Path(p) for p in labels], year=year, tz=tz)
     except loggrade.LabelError as e:
         die(str(e))
-    except (KeyError, ValueError) as e:
-        die(f"--tz {tz}: unknown time zone ({e})")
     if as_json:
         write_out(json.dumps(g.to_dict(), indent=2) + "\n", None)
     else:

@@ -163,6 +163,13 @@ def test_an_unknown_time_zone_is_a_usage_error_naming_it(cmd, tmp_path) -> None:
     assert not (tmp_path / "b").exists()  # nothing written before the check
 
 
+@pytest.mark.parametrize("tz", ["Z", "utc"])
+def test_utc_spellings_the_importers_take_work_for_logs_parse_too(tz) -> None:
+    readme = str(Path(__file__).parent.parent / "README.md")
+    r = leakreport("logs", "parse", readme, "--tz", tz)
+    assert r.returncode == 0, r.stderr
+
+
 def test_source_timeouts_are_options_and_a_stuck_source_says_its_limit(tmp_path) -> None:
     """--source-timeout procfs=0.5 abandons a procfs whose files never answer (FIFOs
     with no writer) after half a second, and says so; a bad value is a usage error."""
