@@ -87,6 +87,36 @@ def cli() -> None:
     """
 
 
+_TIMEOUT_FIELDS = {"nvml": "nvml_timeout", "procfs": "procfs_timeout", "logs": "log_timeout",
+                   "spool": "spool_timeout"}  # fmt: skip
+
+
+def _source_timeouts(values: tuple[str, ...]) -> dict[str, float]:
+    """``--source-timeout logs=60`` as Config fields; a bad kind or number is a usage error."""
+    out: dict[str, float] = {}
+    for v in values:
+        kind, _, secs = v.partition("=")
+        try:
+            seconds = float(secs)
+        except ValueError:
+            seconds = -1.0
+        if kind not in _TIMEOUT_FIELDS or not 0.1 <= seconds <= 3600:
+            raise click.BadParameter(
+                f"{v!r}: want KIND=SECONDS with KIND one of {', '.join(_TIMEOUT_FIELDS)} "
+                "and 0.1 to 3600 seconds"
+            )
+        out[_TIMEOUT_FIELDS[kind]] = seconds
+    return out
+
+
+def _check_source_timeouts(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Checked when the command line is read; kept as typed, so cron-line repeats them."""
+    _source_timeouts(values)
+    return values
+
+
 # The collection options, declared once: run, cron-line and systemd-units share them.
 COLLECT_OPTIONS = [
     click.option(
@@ -174,7 +204,7 @@ COLLECT_OPTIONS = [
         "--source-timeout",
         "source_timeouts",
         multiple=True,
-        callback=lambda _c, _p, v: (_source_timeouts(v), v)[1],
+        callback=_check_source_timeouts,
         help="KIND=SECONDS: how long the nvml (5), procfs (5), logs (20, all logs together) or "
         "spool (10) source may take before it is abandoned and recorded as failed (repeatable).",
     ),
@@ -187,28 +217,6 @@ COLLECT_OPTIONS = [
         "$XDG_STATE_HOME/leakcollect, no root needed.",
     ),
 ]
-
-
-_TIMEOUT_FIELDS = {"nvml": "nvml_timeout", "procfs": "procfs_timeout", "logs": "log_timeout",
-                   "spool": "spool_timeout"}  # fmt: skip
-
-
-def _source_timeouts(values: tuple[str, ...]) -> dict[str, float]:
-    """``--source-timeout logs=60`` as Config fields; a bad kind or number is a usage error."""
-    out: dict[str, float] = {}
-    for v in values:
-        kind, _, secs = v.partition("=")
-        try:
-            seconds = float(secs)
-        except ValueError:
-            seconds = -1.0
-        if kind not in _TIMEOUT_FIELDS or not 0.1 <= seconds <= 3600:
-            raise click.BadParameter(
-                f"{v!r}: want KIND=SECONDS with KIND one of {', '.join(_TIMEOUT_FIELDS)} "
-                "and 0.1 to 3600 seconds"
-            )
-        out[_TIMEOUT_FIELDS[kind]] = seconds
-    return out
 
 
 def collect_options(f: Any) -> Any:
