@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,12 @@ from analyzer.progress import plural
 from leakreport.common import (
     EPILOG_EXIT,
     AnalysisOptions,
+    Console,
     analysis_options,
+    bucket_path,
     console,
     die,
+    err,
     exit_code,
     fail_on_option,
     run_analysis,
@@ -146,29 +150,58 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
 def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
     """Weekly fleet report: soonest OOMs, cohorts, GPUs ranked by leak rate, week over week.
 
-    A week with no data writes a page that says so and exits 3.
+    A week with no data writes a page that says so and exits 3. A finished week's
+    findings stored by `leakreport rollup` are used while they are current (same
+    trace files, code, packs and options); other weeks are analysed. Nothing is written
+    to the bucket.
 
     \b
     Example:
       leakreport fleet /data/traces --week 2026-W48 --out fleet-2026-W48.html
     """
-    import dataclasses
-
     from analyzer import fleet as fleet_mod
     from reports.fleet import render_fleet
 
     try:
         start, end = fleet_mod.week_range(week)
-        p_start, p_end = fleet_mod.week_range(fleet_mod.previous_week(week))
+        prev_week = fleet_mod.previous_week(week)
     except ValueError as e:
         die(f"--week: {e}")
     say = console()
-    cur = run_analysis(bucket, dataclasses.replace(opts, since=start, until=end), say)
-    prev = run_analysis(bucket, dataclasses.replace(opts, since=p_start, until=p_end), say)
-    view = fleet_mod.build(week, cur, prev if prev.hosts else None)
-    write_out(render_fleet(view, generated_at=cur.run.generated_at), out)
+    bucket_path(bucket)
+    cur, cur_from = week_findings(bucket, week, opts, say)
+    prev, _prev_from = week_findings(bucket, prev_week, opts, say, skip_empty=True)
+    assert cur is not None
+    view = fleet_mod.build(week, cur, prev if prev is not None and prev.hosts else None)
+    stamp = cur.run.generated_at
+    if cur_from == "stored findings":
+        stamp += " (findings stored by leakreport rollup)"
+    write_out(render_fleet(view, generated_at=stamp), out)
     click.echo(str(Path(out).resolve()))
     if not cur.hosts:
         click.echo(f"leakreport: incomplete: no data for week {week} ({start} .. {end})", err=True)
         sys.exit(exitcodes.INCOMPLETE)
     sys.exit(exit_code(cur, "never"))
+
+
+def week_findings(
+    bucket: str, week: str, opts: AnalysisOptions, say: Console, *, skip_empty: bool = False
+) -> tuple[Any, str]:
+    """A week's findings (stored by `leakreport rollup` where current, else analysed) and
+    where they came from, said on stderr; also what `rollup` stores (default options).
+    ``skip_empty``: a week with no trace file dated in it is not analysed (None)."""
+    import dataclasses
+
+    from analyzer import weekstore
+
+    def analyse(since: dt.date, until: dt.date) -> Any:
+        return run_analysis(bucket, dataclasses.replace(opts, since=since, until=until), say)
+
+    try:
+        doc, source = weekstore.findings_for(
+            bucket, week, analyse, weekstore.settings(opts), err, skip_empty=skip_empty
+        )
+    except OSError as e:
+        die(f"{bucket}: cannot list the trace files: {e}")
+    say(f"week {week}: {source}")
+    return doc, source

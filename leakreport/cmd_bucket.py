@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from typing import Any
 
 import click
 
@@ -59,12 +61,16 @@ def compact(bucket: str, before: dt.date | None) -> None:
 @verbosity_options
 def rollup(bucket: str, before: dt.date | None) -> None:
     """Store the rollup tier of each finished host-day, so analyses read it instead
-    of re-deriving those days from raw samples.
+    of re-deriving those days from raw samples; then the findings of each finished
+    ISO week, so `leakreport fleet` draws those weeks without analysing them.
 
     BUCKET is a folder or s3://bucket/prefix. Only host-days whose tier is missing
     or stale (the rollup SQL changed, late files arrived, compaction ran since)
-    are derived; analyses give the same findings with or without the tier. Run it
-    after `leakreport compact`.
+    are derived; analyses give the same findings with or without the tier. A week
+    (Monday to Sunday, all before --before and before today) is analysed with the
+    default pack and options when its stored findings are missing or stale (its
+    trace files, the code or the packs changed), and stored only when the analysis
+    is complete. Run it after `leakreport compact`.
 
     \b
     Example (daily cron):
@@ -79,5 +85,30 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     click.echo(f"{res.built} host-days derived, {res.current} already current")
     for line in res.skipped or []:
         err(f"leakreport: incomplete: left out: {line}")
+    store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
     if res.skipped:
         raise SystemExit(exitcodes.INCOMPLETE)
+
+
+def store_weeks(bucket: str, before: dt.date) -> None:
+    """The findings of finished weeks, analysed as `leakreport fleet` would (default
+    options) where the stored ones are missing or stale; counts on stderr."""
+    from analyzer import weekstore
+    from leakreport.common import AnalysisOptions, run_analysis
+
+    say = console()
+    opts = AnalysisOptions()
+
+    def analyse(since: dt.date, until: dt.date) -> Any:
+        return run_analysis(bucket, dataclasses.replace(opts, since=since, until=until), say)
+
+    try:
+        res = weekstore.store_finished(bucket, before, analyse, weekstore.settings(opts), err)
+    except OSError as e:
+        die(f"storing the week findings: {e}")
+    err(
+        f"week findings: {res.stored} weeks stored, {res.current} already current, "
+        f"{len(res.unclean)} not stored (incomplete analysis)"
+    )
+    for line in res.unclean:
+        err(f"leakreport: week not stored: {line}")

@@ -1,0 +1,341 @@
+"""Stored findings of finished weeks: ``leakreport fleet`` reuses them while provably current.
+
+``leakreport rollup`` (the daily cron step) analyses each finished ISO week that has data
+with the default pack and options (the very call ``fleet`` makes) and stores the findings
+document in the bucket, under :data:`STORE_DIR`: ``<bucket>/_week_findings/2026-W48.json``.
+That folder is NOT a trace table: it holds JSON, not Parquet, and every reader of trace
+data (the analysis, ``compact``, ``rollup``'s tier, the collector) lists only the tables
+named in ``collector.schema.TABLES`` (``collector.layout.list_entries``), so it is never
+read as traces. The leading ``_`` also keeps Hive-style tools from taking it for data.
+
+A stored document is used only when its key matches the key computed now. The key hashes
+everything the document depends on (:func:`week_key`): this code (the analyzer's Python and
+SQL files, every rule pack file, the trace layout and schema modules, the leakreport,
+findings and trace schema versions, DuckDB's version), the options that change results
+(extra packs, ``--param`` overrides, executor, host batch size, rule time limit), the scope
+(the week's first and last day) and the raw files in scope: per file its table, path
+relative to the bucket, size and modification time in ns (on S3: size and LastModified, as
+pyarrow's filesystem lists them; the writers never overwrite a key, they write new names).
+Only clean analyses are stored: no file left out, no row quarantined, no rule errored.
+A document that cannot be read is a warning, never an error: the week is analysed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzer.findings import FINDINGS_SCHEMA_VERSION, FindingsDocument, iso_utc
+from collector import layout
+from collector.schema import SCHEMA_VERSION, TABLES
+from collector.store import is_s3, s3_filesystem, s3_root
+
+STORE_DIR = "_week_findings"  # not a trace table: see the module docstring
+STORE_FORMAT = 1
+QUARANTINE_MARK = " row(s) quarantined, stamped "  # analyzer.bucket's quarantine lines
+_ANALYZER = Path(__file__).resolve().parent
+_CODE = (
+    _ANALYZER.parent / "collector" / "schema.py",
+    _ANALYZER.parent / "collector" / "layout.py",
+)
+
+Analyse = Callable[[dt.date, dt.date], FindingsDocument]
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """One raw trace file, as the key sees it."""
+
+    table: str
+    rel: str  # path relative to the bucket
+    size: int
+    mtime_ns: int
+    day: dt.date
+
+
+def week_of(day: dt.date) -> str:
+    y, w, _ = day.isocalendar()
+    return f"{y}-W{w:02d}"
+
+
+def week_days(week: str) -> tuple[dt.date, dt.date]:
+    """'2026-W48' -> (Monday, Sunday); ValueError for anything else."""
+    year, w = week.upper().split("-W")
+    monday = dt.date.fromisocalendar(int(year), int(w), 1)
+    return monday, monday + dt.timedelta(days=6)
+
+
+def settings(opts: Any) -> dict[str, Any]:
+    """The analysis options that can change a findings document (``opts``: the commands'
+    AnalysisOptions; scope options aside, which the key takes from the week)."""
+    return {
+        "packs": [str(p) for p in opts.packs],
+        "params": sorted(opts.params),
+        "executor": opts.executor,
+        "batch_hosts": int(opts.batch_hosts),
+        "rule_timeout": float(opts.rule_timeout),
+    }
+
+
+def _root(bucket: str | os.PathLike[str]) -> tuple[str, Any]:
+    if is_s3(bucket):
+        return s3_root(str(bucket)), s3_filesystem()
+    return os.path.abspath(bucket), None
+
+
+def raw_files(
+    bucket: str | os.PathLike[str], date_ok: layout.DateOk, fs: Any = None
+) -> list[RawFile]:
+    """Every raw trace file dated ``date_ok`` (the files an analysis of it may read)."""
+    root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
+    out: list[RawFile] = []
+    for table in TABLES:
+        if fs is not None:
+            from pyarrow.fs import FileSelector, FileType
+
+            base = f"{root}/{table}"
+            for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
+                p = layout.parse(info.path) if info.type == FileType.File else None
+                if p and p[0] == table and date_ok(p[1]):
+                    rel = info.path[len(root) :].lstrip("/")
+                    out.append(RawFile(table, rel, int(info.size), int(info.mtime_ns or 0), p[1]))
+            continue
+        for e in layout.list_entries(root, table, None, date_ok):
+            try:
+                st = os.stat(e.path)
+            except OSError:
+                continue  # gone since the listing (compaction): the analysis will not see it
+            rel = os.path.relpath(e.path, root).replace(os.sep, "/")
+            out.append(RawFile(table, rel, st.st_size, st.st_mtime_ns, e.day))
+    return out
+
+
+def _pack_files(pack: Path) -> list[Path]:
+    return [pack / "pack.toml", *sorted((pack / "rules").glob("*.sql"))]
+
+
+def code_hash(extra_packs: Iterable[str] = ()) -> str:
+    """The analyzer's code and SQL (rollups, built-in packs), the given packs' files and the
+    versions a findings document depends on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from analyzer import __version__
+
+    try:
+        duck = version("duckdb")
+    except PackageNotFoundError:
+        duck = "?"
+    h = hashlib.sha256(
+        f"{STORE_FORMAT}/{__version__}/{FINDINGS_SCHEMA_VERSION}/{SCHEMA_VERSION}/{duck}\n".encode()
+    )
+    mine = [_ANALYZER.rglob(pattern) for pattern in ("*.py", "*.sql", "pack.toml")]
+    files = [
+        (f"analyzer/{p.relative_to(_ANALYZER).as_posix()}", p) for g in mine for p in sorted(g)
+    ]
+    files += [(f"collector/{p.name}", p) for p in _CODE]
+    for name, p in files:
+        h.update(f"{name}\0".encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    for i, extra in enumerate(extra_packs):  # where it is read from is part of the document
+        h.update(f"pack {i} {extra}\0".encode())
+        for p in _pack_files(Path(extra)):
+            h.update(f"{p.name}\0".encode())
+            try:
+                h.update(hashlib.sha256(p.read_bytes()).digest())
+            except OSError as e:  # the analysis will refuse it; the key just differs
+                h.update(f"unreadable: {e}".encode())
+    return h.hexdigest()
+
+
+def week_key(
+    files: Iterable[RawFile], since: dt.date, until: dt.date, opts: dict[str, Any], code: str
+) -> str:
+    """What a week's findings document depends on, as one hash (see the module docstring)."""
+    h = hashlib.sha256(f"{code}\n{since}..{until}\n".encode())
+    h.update(json.dumps(opts, sort_keys=True).encode() + b"\n")
+    for f in sorted(files, key=lambda f: (f.table, f.rel)):
+        if since <= f.day <= until:
+            h.update(f"{f.table}\t{f.rel}\t{f.size}\t{f.mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _within(since: dt.date, until: dt.date) -> layout.DateOk:
+    return lambda d: since <= d <= until
+
+
+def store_path(root: str, week: str) -> str:
+    return f"{root}/{STORE_DIR}/{week}.json"
+
+
+def clean(doc: FindingsDocument) -> str | None:
+    """Why ``doc`` must not be stored (None: it may)."""
+    if not doc.hosts:
+        return "no host in scope"
+    reasons = doc.incomplete_reasons()
+    if reasons:
+        return reasons[0]
+    quarantined = [g for g in doc.run.gaps if QUARANTINE_MARK in g]
+    if quarantined:
+        return quarantined[0]
+    return None
+
+
+def load(bucket: str | os.PathLike[str], week: str, key: str, warn: Say) -> FindingsDocument | None:
+    """The stored document of ``week`` when its key is ``key``; None when there is none, it
+    is stale, or it cannot be read (then ``warn`` says why)."""
+    root, fs = _root(bucket)
+    path = store_path(root, week)
+    try:
+        if fs is not None:
+            with fs.open_input_stream(path) as f:
+                raw = f.read()
+        else:
+            raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # S3 says "not found" as an OSError too
+        if "not found" in str(e).lower() or "no such" in str(e).lower():
+            return None
+        warn(f"leakreport: warning: {path}: cannot read the stored findings ({e}); analysing")
+        return None
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
+            raise ValueError(f"not a stored week (format {STORE_FORMAT} expected)")
+        if data.get("key") != key:
+            return None  # stale: made from other files, code or options
+        doc = FindingsDocument.from_dict(data["document"])
+    except Exception as e:  # noqa: BLE001 - any damage: warn and analyse, never crash
+        warn(f"leakreport: warning: {path}: stored findings unreadable ({e}); analysing")
+        return None
+    doc.run.bucket = str(bucket)  # as given now, like an analysis would say
+    return doc
+
+
+def save(bucket: str | os.PathLike[str], week: str, key: str, doc: FindingsDocument) -> str:
+    """Store ``doc`` as the findings of ``week`` under ``key``, atomically: a temporary file
+    renamed over the old one (S3: one put). Returns where."""
+    root, fs = _root(bucket)
+    path = store_path(root, week)
+    body = json.dumps(
+        {
+            "format": STORE_FORMAT,
+            "week": week,
+            "key": key,
+            "stored_at": iso_utc(dt.datetime.now(dt.UTC)),
+            "document": doc.to_dict(),
+        },
+        separators=(",", ":"),
+    ).encode()
+    if fs is not None:
+        with fs.open_output_stream(path) as f:
+            f.write(body)
+    else:
+        _write_local(Path(path), body)
+    return path
+
+
+def _write_local(path: Path, body: bytes) -> None:
+    """A temporary file in the same folder, renamed over ``path``: a reader sees the old
+    document or the new one. Readable as the bucket's other files are (the umask)."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{layout.TMP_PREFIX}{path.stem}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Stored:
+    stored: int = 0  # weeks analysed and stored now
+    current: int = 0  # weeks whose stored findings were already current
+    unclean: list[str] = field(default_factory=list)  # "week: why not stored"
+
+
+def finished_weeks(files: Iterable[RawFile], before: dt.date) -> list[str]:
+    """ISO weeks with a raw file whose seven days all lie before ``before``."""
+    weeks = {week_of(f.day) for f in files}
+    return sorted(w for w in weeks if week_days(w)[1] < before)
+
+
+def store_finished(
+    bucket: str | os.PathLike[str],
+    before: dt.date,
+    analyse: Analyse,
+    opts: dict[str, Any],
+    say: Say,
+) -> Stored:
+    """Analyse and store every finished week (all days before ``before``, and before today
+    UTC: the current week is never stored) whose stored findings are missing or stale."""
+    before = min(before, dt.datetime.now(dt.UTC).date())
+    _root_s, fs = _root(bucket)
+    files = raw_files(bucket, lambda d: d < before, fs)
+    code = code_hash(opts["packs"])
+    res = Stored()
+    for week in finished_weeks(files, before):
+        since, until = week_days(week)
+        key = week_key(files, since, until, opts, code)
+        if load(bucket, week, key, say) is not None:
+            res.current += 1
+            continue
+        doc = analyse(since, until)
+        why = clean(doc)
+        if why is not None:
+            res.unclean.append(f"{week}: {why}")
+            continue
+        # files that arrived during the analysis may or may not be in it: store nothing
+        now_files = raw_files(bucket, _within(since, until), fs)
+        if week_key(now_files, since, until, opts, code) != key:
+            res.unclean.append(f"{week}: trace files changed during the analysis")
+            continue
+        save(bucket, week, key, doc)
+        res.stored += 1
+        say(f"week {week}: findings stored")
+    return res
+
+
+def findings_for(
+    bucket: str | os.PathLike[str],
+    week: str,
+    analyse: Analyse,
+    opts: dict[str, Any],
+    say: Say,
+    *,
+    skip_empty: bool = False,
+) -> tuple[FindingsDocument | None, str]:
+    """A week's findings document and where it came from ("stored findings", "analysed",
+    or "no data": ``skip_empty`` and no raw file dated in the week, then no document).
+    Never writes."""
+    since, until = week_days(week)
+    root, fs = _root(bucket)
+    exists = True
+    if fs is None:
+        exists = os.path.isfile(store_path(root, week))
+    if exists or skip_empty:
+        files = raw_files(bucket, _within(since, until), fs)
+        if skip_empty and not files:
+            return None, "no data"
+        if exists:
+            key = week_key(files, since, until, opts, code_hash(opts["packs"]))
+            doc = load(bucket, week, key, say)
+            if doc is not None:
+                return doc, "stored findings"
+    return analyse(since, until), "analysed"

@@ -1,0 +1,237 @@
+"""Stored week findings: `leakreport rollup` stores finished weeks, `leakreport fleet`
+reuses them while their key matches (same page), and analyses whenever anything the
+document depends on changed; damaged or unfinished weeks are never used or stored."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from analyzer import weekstore
+from collector import layout
+from collector.schema import TABLES
+from leakreport.cli import cli
+
+W47, W48 = "2026-W47", "2026-W48"
+BEFORE = "2026-11-30"  # the Monday after W48: both weeks finished
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A leaking host in W47 and W48, a caching one in W48 (6 h each)."""
+    from simulator.generate import simulate
+
+    out = tmp_path_factory.mktemp("weeks") / "bucket"
+    for scenario, day, seed in (
+        ("fast-image-processor-leak", 18, 4),
+        ("fast-image-processor-leak", 25, 5),
+        ("cache-warmup", 25, 6),
+    ):
+        start = dt.datetime(2026, 11, day, tzinfo=dt.UTC)
+        simulate(scenario, out, hosts=1, hours=6, seed=seed, start=start)
+    return out
+
+
+@pytest.fixture(scope="module")
+def analysed_page(base: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fleet page of W48 with nothing stored."""
+    out = tmp_path_factory.mktemp("page") / "fleet.html"
+    r = run("fleet", str(base), "--week", W48, "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert f"week {W48}: analysed" in r.stderr and f"week {W47}: analysed" in r.stderr
+    return out.read_text()
+
+
+@pytest.fixture
+def bucket(base: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(base, tmp_path / "bucket"))
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def rollup(bucket: Path, before: str = BEFORE) -> Result:
+    r = run("rollup", str(bucket), "--before", before)
+    assert r.exit_code == 0, r.stderr
+    return r
+
+
+def fleet(bucket: Path, *extra: str) -> tuple[Result, str]:
+    out = bucket.parent / "fleet.html"
+    r = run("fleet", str(bucket), "--week", W48, "--out", str(out), *extra)
+    assert r.exit_code == 0, r.stderr
+    return r, out.read_text()
+
+
+def sources(r: Result) -> dict[str, str]:
+    """week -> where its findings came from, as the command said it."""
+    return dict(
+        re.findall(r"^week (\d{4}-W\d\d): (stored findings|analysed|no data)$", r.stderr, re.M)
+    )
+
+
+def without_stamp(html: str) -> str:
+    return re.sub(r" · generated [^<]*", "", html)
+
+
+def store_state(bucket: Path) -> dict[str, tuple[int, int]]:
+    d = bucket / weekstore.STORE_DIR
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(d.iterdir())}
+
+
+def test_rollup_stores_finished_weeks_and_the_page_is_the_same(bucket, analysed_page) -> None:
+    r = rollup(bucket)
+    assert "week findings: 2 weeks stored, 0 already current, 0 not stored" in r.stderr
+    assert sorted(store_state(bucket)) == [f"{W47}.json", f"{W48}.json"]
+    stored = json.loads((bucket / weekstore.STORE_DIR / f"{W48}.json").read_text())
+    assert stored["document"]["run"]["since"] == "2026-11-23"
+    assert stored["document"]["findings"], "the week must find something to compare"
+    before = store_state(bucket)
+    r, html = fleet(bucket)
+    assert sources(r) == {W48: "stored findings", W47: "stored findings"}
+    assert without_stamp(html) == without_stamp(analysed_page)
+    stamp = stored["document"]["run"]["generated_at"]
+    assert f"generated {stamp} (findings stored by leakreport rollup)" in html
+    assert store_state(bucket) == before, "fleet never writes"
+    again = rollup(bucket)
+    assert "0 weeks stored, 2 already current" in again.stderr
+    assert store_state(bucket) == before
+
+
+def test_the_store_is_no_trace_table(bucket, tmp_path) -> None:
+    """Listing, analysis and compaction see the same bucket with the store folder in it."""
+    plain = run("analyze", str(bucket), "--format", "json", "--fail-on", "never")
+    other = Path(shutil.copytree(bucket, tmp_path / "other"))
+    rollup(other)
+    shutil.copytree(other / weekstore.STORE_DIR, bucket / weekstore.STORE_DIR)
+    assert weekstore.STORE_DIR not in TABLES
+    listed = [e.path for t in TABLES for e in layout.list_entries(str(bucket), t)]
+    assert listed and not [p for p in listed if weekstore.STORE_DIR in p]
+    with_store = run("analyze", str(bucket), "--format", "json", "--fail-on", "never")
+    assert with_store.exit_code == plain.exit_code == 0, with_store.stderr
+
+    def findings(r: Result) -> list[object]:
+        return json.loads(r.stdout)["findings"]
+
+    assert findings(with_store) == findings(plain) and findings(plain)
+    state = store_state(bucket)
+    r = run("compact", str(bucket), "--before", BEFORE)
+    assert r.exit_code == 0, r.stderr
+    assert store_state(bucket) == state
+
+
+def test_a_touched_or_added_raw_file_is_analysed_again(bucket) -> None:
+    rollup(bucket)
+    state = store_state(bucket)
+    f = next((bucket / "gpu_samples" / "date=2026-11-25").rglob("*.parquet"))
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 1_000_000))
+    r, _html = fleet(bucket)
+    assert sources(r) == {W48: "analysed", W47: "stored findings"}
+    assert store_state(bucket) == state, "fleet never writes"
+    r = rollup(bucket)
+    assert "1 weeks stored, 1 already current" in r.stderr
+    shutil.copy(f, f.with_name("gpu_samples-late-copy.parquet"))  # a late file of W48
+    r, _html = fleet(bucket)
+    assert sources(r)[W48] == "analysed"
+
+
+def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
+    rollup(bucket)
+    r, _html = fleet(bucket, "--param", "GM001.min_growth_mib=256")
+    assert sources(r) == {W48: "analysed", W47: "analysed"}
+    pack = tmp_path / "pack"
+    (pack / "rules").mkdir(parents=True)
+    (pack / "pack.toml").write_text('name = "extra"\nversion = "1"\n')
+    rule = pack / "rules" / "XX001.sql"
+    rule.write_text(
+        '/*---\nid = "XX001"\nname = "x.full"\ntitle = "full"\ncategory = "memory.threshold"\n'
+        'severity = "info"\nrequires = ["gpu_samples"]\nevidence = []\ndescription = "d"\n'
+        "remediation = \"r\"\n---*/\nSELECT host, 'x' AS summary FROM gpu_buckets WHERE false\n"
+    )
+    r, _html = fleet(bucket, "--pack", str(pack))
+    assert sources(r) == {W48: "analysed", W47: "analysed"}
+    # the same options give the same key; a changed rule file of a pack another
+    days = weekstore.week_days(W48)
+    files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
+    opts = {**weekstore.settings(_Opts()), "packs": [str(pack)]}
+    key = weekstore.week_key(files, *days, opts, weekstore.code_hash([str(pack)]))
+    assert key == weekstore.week_key(files, *days, opts, weekstore.code_hash([str(pack)]))
+    rule.write_text(rule.read_text().replace("WHERE false", "WHERE true"))
+    assert key != weekstore.week_key(files, *days, opts, weekstore.code_hash([str(pack)]))
+    dask = {**opts, "executor": "dask"}
+    assert key != weekstore.week_key(files, *days, dask, weekstore.code_hash([str(pack)]))
+
+
+def test_a_changed_builtin_rule_changes_the_key(tmp_path, monkeypatch) -> None:
+    """The built-in pack and rollups are hashed from the analyzer's folder: a copy of it
+    with one rule changed gives another code hash."""
+    copy = tmp_path / "analyzer"
+    shutil.copytree(Path(weekstore.__file__).parent, copy)
+    monkeypatch.setattr(weekstore, "_ANALYZER", copy)
+    same = weekstore.code_hash()
+    rule = copy / "packs" / "default" / "rules" / "GM001.sql"
+    rule.write_text(rule.read_text() + "\n-- changed\n")
+    assert weekstore.code_hash() != same
+    sql = copy / "rollups" / "03_idle_windows.sql"
+    changed = weekstore.code_hash()
+    sql.write_text(sql.read_text() + "\n-- changed\n")
+    assert weekstore.code_hash() != changed
+
+
+class _Opts:
+    packs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    executor = "local"
+    batch_hosts = 32
+    rule_timeout = 60.0
+
+
+def test_a_corrupt_stored_document_is_a_warning(bucket, analysed_page) -> None:
+    rollup(bucket)
+    path = bucket / weekstore.STORE_DIR / f"{W48}.json"
+    path.write_text('{"format": 1, "key": "trunc')
+    r, html = fleet(bucket)
+    assert "stored findings unreadable" in r.stderr and str(path) in r.stderr
+    assert sources(r) == {W48: "analysed", W47: "stored findings"}
+    assert without_stamp(html) == without_stamp(analysed_page)
+    # the right key but no findings document inside: still a warning, never a crash
+    days = weekstore.week_days(W48)
+    files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
+    key = weekstore.week_key(files, *days, weekstore.settings(_Opts()), weekstore.code_hash())
+    path.write_text(json.dumps({"format": 1, "key": key, "document": {"run": {"x": 1}}}))
+    r, html = fleet(bucket)
+    assert "stored findings unreadable" in r.stderr
+    assert sources(r)[W48] == "analysed"
+    assert without_stamp(html) == without_stamp(analysed_page)
+
+
+def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
+    r = rollup(bucket, "2026-11-27")  # W48 runs to the 29th: unfinished
+    assert "1 weeks stored, 0 already current, 0 not stored" in r.stderr
+    assert sorted(store_state(bucket)) == [f"{W47}.json"]
+    # a week of now is never stored, whatever --before says
+    from simulator.generate import simulate
+
+    monday = dt.date.today() - dt.timedelta(days=dt.date.today().weekday())
+    start = dt.datetime.combine(monday, dt.time(), dt.UTC)
+    simulate("cache-warmup", bucket, hosts=1, hours=1, seed=3, start=start)
+    r = rollup(bucket, "2099-01-01")
+    assert sorted(store_state(bucket)) == [f"{W47}.json", f"{W48}.json"]
+    # an unreadable trace file makes the analysis incomplete: the week is not stored
+    shutil.rmtree(bucket / weekstore.STORE_DIR)
+    bad = bucket / "gpu_samples" / "date=2026-11-18" / "host=broken" / "gpu_samples-x.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not parquet")
+    r = run("rollup", str(bucket), "--before", BEFORE)
+    assert r.exit_code == 3, r.stderr  # the tier says the file is left out
+    assert "1 weeks stored, 0 already current, 1 not stored" in r.stderr
+    assert f"week not stored: {W47}: file left out:" in r.stderr
+    assert sorted(store_state(bucket)) == [f"{W48}.json"]
