@@ -24,6 +24,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from analyzer import tierindex
+from analyzer.staging import stage as _stage
+from analyzer.staging import temp_stage as _temp_stage
 from collector import layout
 from collector.schema import TABLES
 from collector.store import is_s3, s3_filesystem, s3_root
@@ -83,12 +86,22 @@ def _ts(t: dt.datetime) -> str:
 
 
 def checked_files(
-    bucket: str | os.PathLike[str], table: str, scope: Scope, fs: Any = None
+    bucket: str | os.PathLike[str],
+    table: str,
+    scope: Scope,
+    fs: Any = None,
+    index: tierindex.Index | None = None,
 ) -> tuple[list[layout.FileCheck], list[layout.FileCheck]]:
-    """(readable files of a table in scope, files left out because they do not match)."""
-    root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
-    entries = layout.list_entries(root, table, fs, scope.date_ok, scope.host_ok)
-    return layout.live(read_footers(entries, fs))
+    """(readable files of a table in scope, files left out because they do not match);
+    ``index``: the footer checks the last ``leakreport rollup`` stored."""
+    entries = layout.list_entries(_root(bucket, fs), table, fs, scope.date_ok, scope.host_ok)
+    if index is None:
+        return layout.live(read_footers(entries, fs))
+    return layout.live(index.checks(entries, lambda es: read_footers(es, fs)))
+
+
+def _root(bucket: str | os.PathLike[str], fs: Any) -> str:
+    return s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
 
 
 def read_footers(entries: list[layout.Entry], fs: Any = None) -> list[layout.FileCheck]:
@@ -98,36 +111,6 @@ def read_footers(entries: list[layout.Entry], fs: Any = None) -> list[layout.Fil
     if fs is not None:
         return layout.check_all(entries, fs)
     return [layout.check_file(e) for e in entries]
-
-
-def list_files(bucket: Path, table: str, scope: Scope) -> list[str]:
-    """Readable files of a table in scope (local folder)."""
-    return [c.entry.path for c in checked_files(bucket, table, scope)[0]]
-
-
-def _stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[str]:
-    """Copy objects into a local folder (same relative layout); their local paths."""
-    from pyarrow import fs as pafs
-
-    local = pafs.LocalFileSystem()
-    out = []
-    for k in keys:
-        dst = Path(stage_dir) / k
-        if not dst.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            pafs.copy_files(k, str(dst), source_filesystem=fs, destination_filesystem=local)
-        out.append(str(dst))
-    return out
-
-
-def _temp_stage() -> str:
-    import atexit
-    import shutil
-    import tempfile
-
-    d = tempfile.mkdtemp(prefix="leakreport-s3-")
-    atexit.register(shutil.rmtree, d, True)
-    return d
 
 
 @dataclass
@@ -189,9 +172,12 @@ def open_checked(
     else:
         out.readable_dirs.append(os.path.abspath(path))
     good: dict[str, list[layout.FileCheck]] = {}
+    from analyzer import tierread
+
+    index = tierindex.stored(_root(bucket, s3), s3)
     for name in TABLES:
         try:
-            ok, bad = checked_files(bucket, name, scope, s3)
+            ok, bad = checked_files(bucket, name, scope, s3, index)
         except OSError as e:
             raise BucketError(f"{bucket}/{name}: cannot list the trace files: {e}") from e
         good[name] = ok
@@ -231,10 +217,8 @@ def open_checked(
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
     out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:
-        from analyzer import tier
-
-        out.tier = tier.attach_opened(
-            out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir
+        out.tier = tierread.attach_opened(
+            out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir, index
         )
     return out
 
@@ -294,7 +278,8 @@ def scope_span(
     """:func:`samples_span` of a whole scope, before it is split into host batches."""
     s3 = s3_filesystem() if is_s3(bucket) else None
     wall = dt.datetime.now(dt.UTC)
-    good, _bad = checked_files(bucket, "gpu_samples", scope, s3)
+    index = tierindex.stored(_root(bucket, s3), s3)
+    good, _bad = checked_files(bucket, "gpu_samples", scope, s3, index)
     return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
 
 

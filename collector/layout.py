@@ -111,6 +111,8 @@ class Entry:
     table: str
     day: dt.date
     host_dir: str  # the encoded folder name after ``host=``
+    # (size, mtime in ns) where the listing gave them for free (S3); not part of equality
+    stamp: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def host(self) -> str:
@@ -170,7 +172,9 @@ def list_entries(
         for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
             p = parse(info.path) if info.type == FileType.File else None
             if p and p[0] == table and date_ok(p[1]) and host_ok(decode_host(p[2])):
-                out.append(Entry(info.path, table, p[1], p[2]))
+                mtime = info.mtime_ns
+                stamp = (info.size, mtime) if info.size is not None and mtime else None
+                out.append(Entry(info.path, table, p[1], p[2], stamp))
         return sorted(out, key=lambda e: e.path)
     tdir = os.path.join(root, table)
     for date_name in _listdir(tdir):
@@ -227,6 +231,19 @@ def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
     if pa.types.is_timestamp(got) and pa.types.is_timestamp(want):
         return got.tz in ("UTC", "+00:00", "Etc/UTC")  # a unit change is harmless
     return False
+
+
+# bump whenever check_file's verdict on the same bytes can change: stored checks
+# (analyzer.tierindex) made by another version are then not used
+CHECK_VERSION = 1
+
+
+def check_fingerprint() -> str:
+    """What a stored :func:`check_file` result depends on besides the file's bytes."""
+    spec = "\n".join(
+        f"{n}|{t.schema}|{sorted(t.optional)}|{t.time_column}" for n, t in sorted(TABLES.items())
+    )
+    return hashlib.sha256(f"{CHECK_VERSION}/{SCHEMA_VERSION}\n{spec}".encode()).hexdigest()[:32]
 
 
 def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileCheck:

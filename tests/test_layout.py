@@ -146,3 +146,26 @@ def test_footer_gives_time_range_and_replaced_files(tmp_path) -> None:
     _write_raw(folder / "gpu_samples-compact-x.parquet", to_arrow("gpu_samples", _rows(4)), meta)
     good, bad = layout.live(layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples")))
     assert [c.entry.name for c in good] == ["gpu_samples-compact-x.parquet"] and not bad
+
+
+def test_an_entry_is_the_same_file_whatever_its_stamp() -> None:
+    """The size and time the S3 listing gives ride along, but do not change which file it is."""
+    a = layout.Entry(
+        "b/gpu_samples/date=2026-03-01/host=x/f.parquet", "gpu_samples", T0.date(), "x"
+    )
+    b = layout.Entry(a.path, a.table, a.day, a.host_dir, (10, 20))
+    assert a == b and hash(a) == hash(b) and {a, b} == {a}
+
+
+def test_stored_checks_are_tied_to_the_check_version(monkeypatch) -> None:
+    """A stored check_file verdict is reused only by a reader that would give the same one."""
+    fp = layout.check_fingerprint()
+    assert fp == layout.check_fingerprint()
+    monkeypatch.setattr(layout, "CHECK_VERSION", layout.CHECK_VERSION + 1)
+    assert layout.check_fingerprint() != fp
+    monkeypatch.undo()
+    import dataclasses
+
+    drifted = dataclasses.replace(TABLES["gpu_samples"], time_column="other")
+    monkeypatch.setitem(layout.TABLES, "gpu_samples", drifted)
+    assert layout.check_fingerprint() != fp

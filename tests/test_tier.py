@@ -258,3 +258,161 @@ def test_hosts_per_table_from_footers_match_a_scan_and_fall_back_when_unsure(buc
     o = open_checked(bucket, Scope(since=DAY2), now=NOW)
     assert o.counts["gpu_processes"] and "gpu_processes" not in o.hosts
     assert all(not o.counts[t] and hs == set() for t, hs in o.hosts.items())
+
+
+# the footer-check index written by the rollup (analyzer.tierindex)
+
+
+def _opened(bucket: Path | str, stage: Path | None = None) -> dict[str, object]:
+    """Everything an opened bucket says, the views' SQL included (its file lists)."""
+    from analyzer.bucket import open_checked
+
+    o = open_checked(bucket, now=NOW, stage_dir=stage)
+    try:
+        views = o.con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal")
+        return {
+            "views": sorted(views.fetchall()),
+            "counts": o.counts,
+            "skipped": o.skipped,
+            "quarantined": o.quarantined,
+            "span": o.span_s,
+            "hosts": o.hosts,
+            "tier": (o.tier.host_days, o.tier.raw_host_days, o.tier.tables) if o.tier else None,
+        }
+    finally:
+        o.con.close()
+
+
+def _index(bucket: Path) -> Path:
+    from analyzer import tierindex
+
+    return bucket / tierindex.INDEX_PATH
+
+
+def _without_index(bucket: Path, what) -> object:
+    """``what(bucket)`` with the index moved away for the while."""
+    idx = _index(bucket)
+    kept = idx.read_bytes()
+    idx.unlink()
+    try:
+        return what(bucket)
+    finally:
+        idx.write_bytes(kept)
+
+
+def _footer_reads(monkeypatch) -> list[str]:
+    """Paths whose Parquet footer is read from now on (check_file and the tier's hashes)."""
+    seen: list[str] = []
+    real = pq.read_metadata
+
+    def counting(where, *a, **k):
+        seen.append(str(getattr(where, "path", where)))
+        return real(where, *a, **k)
+
+    monkeypatch.setattr(pq, "read_metadata", counting)
+    return seen
+
+
+def test_the_index_opens_the_same_bucket_without_reading_footers(bucket, monkeypatch) -> None:
+    tier.build(bucket, before=NOW.date())
+    assert _index(bucket).exists()
+    without = _without_index(bucket, _opened)
+    reads = _footer_reads(monkeypatch)
+    checks: list[str] = []
+    real_check = layout.check_file
+    monkeypatch.setattr(
+        layout, "check_file", lambda e, *a: checks.append(e.path) or real_check(e, *a)
+    )
+    assert _opened(bucket) == without
+    assert without["tier"] == (4, 0, {r for r, _s in tier.TIERS.values()})
+    assert checks == [] and reads == []  # every file is of a finished day: all indexed
+    monkeypatch.undo()
+    assert _doc(bucket) == _without_index(bucket, _doc)
+
+
+def test_a_rollup_with_nothing_new_reads_no_footer(bucket, monkeypatch) -> None:
+    tier.build(bucket, before=NOW.date())
+    before = _index(bucket).read_bytes()
+    reads = _footer_reads(monkeypatch)
+    res = tier.build(bucket, before=NOW.date())
+    assert (res.built, res.current) == (0, 4)
+    assert reads == []
+    assert _index(bucket).read_bytes() == before
+
+
+def _files(bucket: Path, table: str = "gpu_samples") -> list[Path]:
+    return sorted((bucket / table).rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("how", ["truncated", "same-size"])
+def test_a_raw_file_changed_after_the_rollup_is_checked_again(bucket, monkeypatch, how) -> None:
+    import os
+
+    tier.build(bucket, before=NOW.date())
+    f = _files(bucket)[0]
+    data = f.read_bytes()
+    if how == "truncated":
+        f.write_bytes(data[: len(data) // 2])
+    else:  # same size, the footer's length and magic gone; a later modification time
+        st = f.stat()
+        f.write_bytes(data[:-8] + b"\0" * 8)
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    reads = _footer_reads(monkeypatch)
+    got = _opened(bucket)
+    assert reads == [str(f)]  # that file alone
+    assert got == _without_index(bucket, _opened)
+    skipped = got["skipped"]
+    assert isinstance(skipped, list) and len(skipped) == 1
+    assert skipped[0].startswith(f"{f}: unreadable Parquet")
+    monkeypatch.undo()
+    assert _doc(bucket) == _without_index(bucket, _doc)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # cut
+        lambda raw: b"\xff" + raw,  # not JSON
+        lambda raw: raw.replace(b'"format":1', b'"format":99'),  # another version
+        lambda raw: raw.replace(b'"raw":[[', b'"raw":[[7,', 1),  # wrong shape
+    ],
+)
+def test_a_damaged_or_foreign_index_is_ignored(bucket, monkeypatch, damage) -> None:
+    tier.build(bucket, before=NOW.date())
+    want = _without_index(bucket, _opened)
+    idx = _index(bucket)
+    idx.write_bytes(damage(idx.read_bytes()))
+    reads = _footer_reads(monkeypatch)
+    assert _opened(bucket) == want
+    assert len(reads) == len(list(bucket.rglob("*.parquet")))  # every footer, as before
+    said: list[str] = []
+    tier.build(bucket, before=NOW.date(), progress=said.append)
+    assert any(s.startswith("tier index") and "footers are read instead" in s for s in said)
+    reads.clear()
+    assert _opened(bucket) == want and reads == []  # the rollup wrote it anew
+
+
+def test_the_index_on_s3(tmp_path, monkeypatch) -> None:
+    """S3 keys the index by each object's size and LastModified from the one listing."""
+    from motoserver import MOTO, moto_s3
+
+    from collector.store import s3_filesystem
+
+    if MOTO is None:
+        pytest.skip("moto[server] missing")
+    with moto_s3("leaktraces") as env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        bucket = "s3://leaktraces/indexed"
+        simulate("cache-warmup", bucket, hosts=1, hours=30, seed=5, start=START)
+        tier.build(bucket, before=NOW.date())
+        fs = s3_filesystem()
+        key = "leaktraces/indexed/tier_index/footers.json"
+        stored = fs.open_input_stream(key).read()
+        fs.delete_file(key)
+        want = _opened(bucket, tmp_path)
+        with fs.open_output_stream(key) as f:
+            f.write(stored)
+        reads = _footer_reads(monkeypatch)
+        assert _opened(bucket, tmp_path) == want
+        assert reads == []

@@ -1,0 +1,220 @@
+"""The footer-check index of finished host-days: opening a bucket reads no footer twice.
+
+Opening a bucket checks every raw file's footer against the schema
+(:func:`collector.layout.check_file`) and reads every tier file's hash and sources. For
+finished host-days these never change, so ``leakreport rollup`` (:func:`refresh`) stores
+them in one file, ``<bucket>/tier_index/footers.json``: per file its path relative to the
+bucket, its size and modification time (ns; S3: the object's size and LastModified), and
+what its footer said (the check's verdict, problem, rows, time range, host and replaced
+files; for a tier file its SQL and sources hashes). An analysis takes a file's check from
+the index when the path, size and time still match and reads the footer of every other
+file as before: late files, today's files, files compacted or rewritten since.
+
+The one change this cannot see: a file replaced by one of the same size and the same
+modification time (to the nanosecond). Nothing of ours does that: the collector,
+compaction and the tier write a new file under a temporary name and rename it
+(``os.replace``), which gives it a new time, and usually a new name as well.
+
+The index is written atomically (a temporary file renamed; one PUT on S3). One that is
+unreadable, of another format, or made for another schema or check version
+(:func:`collector.layout.check_fingerprint`) is ignored: footers are read as if it were
+not there, so it can make an analysis slower, never different.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector import layout
+from collector.schema import TABLES
+
+INDEX_FORMAT = 1
+INDEX_PATH = "tier_index/footers.json"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_US = dt.timedelta(microseconds=1)
+
+Stamp = tuple[int, int]  # size in bytes, modification time in ns
+TierMeta = tuple[str, str]  # the tier file's SQL hash and sources hash
+
+
+def _us(t: dt.datetime | None) -> int | None:
+    return None if t is None else (t - _EPOCH) // _US
+
+
+def _time(us: int | None) -> dt.datetime | None:
+    return None if us is None else (_EPOCH + us * _US).astimezone(dt.UTC)
+
+
+def _encode(c: layout.FileCheck) -> list[Any]:
+    return [c.problem, c.rows, _us(c.ts_min), _us(c.ts_max), c.replaces, c.host]
+
+
+def _decode(entry: layout.Entry, v: list[Any]) -> layout.FileCheck:
+    problem, rows, lo, hi, replaces, host = v
+    return layout.FileCheck(entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host)
+
+
+@dataclass
+class Index:
+    """Stored footer checks of one bucket (``root``: its folder, or ``bucket/prefix`` on S3)."""
+
+    root: str
+    fs: Any = None
+    raw: dict[str, tuple[Stamp, list[Any]]] = field(default_factory=dict)
+    tier: dict[str, tuple[Stamp, TierMeta]] = field(default_factory=dict)
+    hits: int = 0  # files whose check came from the index
+
+    def _key(self, e: layout.Entry) -> tuple[str, Stamp] | None:
+        base = self.root.rstrip("/") + "/"
+        if not e.path.startswith(base):
+            return None
+        stamp = e.stamp
+        if stamp is None and self.fs is None:
+            try:
+                st = os.stat(e.path)
+            except OSError:
+                return None
+            stamp = (st.st_size, st.st_mtime_ns)
+        return (e.path[len(base) :], stamp) if stamp is not None else None
+
+    def checks(
+        self,
+        entries: list[layout.Entry],
+        read: Callable[[list[layout.Entry]], list[layout.FileCheck]],
+    ) -> list[layout.FileCheck]:
+        """Each entry's footer check: from the index where its key matches, else ``read``
+        (whose results are remembered for :func:`save`)."""
+        out: list[layout.FileCheck | None] = []
+        keys = [self._key(e) for e in entries]
+        for e, k in zip(entries, keys, strict=True):
+            got = self.raw.get(k[0]) if k else None
+            out.append(_decode(e, got[1]) if got and k and got[0] == k[1] else None)
+        self.hits += sum(c is not None for c in out)
+        missing = [i for i, c in enumerate(out) if c is None]
+        fresh = read([entries[i] for i in missing]) if missing else []
+        for i, c in zip(missing, fresh, strict=True):
+            out[i] = c
+            k = keys[i]
+            if k is not None:
+                self.raw[k[0]] = (k[1], _encode(c))
+        return [c for c in out if c is not None]
+
+    def tier_meta(
+        self, entries: list[layout.Entry], read: Callable[[layout.Entry], TierMeta]
+    ) -> list[TierMeta]:
+        """Each tier file's (SQL hash, sources hash): from the index, else ``read``."""
+        out: list[TierMeta] = []
+        for e in entries:
+            k = self._key(e)
+            got = self.tier.get(k[0]) if k else None
+            if got and k and got[0] == k[1]:
+                self.hits += 1
+                out.append(got[1])
+                continue
+            meta = read(e)
+            if k is not None:
+                self.tier[k[0]] = (k[1], meta)
+            out.append(meta)
+        return out
+
+
+def _location(root: str, fs: Any) -> str:
+    return f"{root.rstrip('/')}/{INDEX_PATH}" if fs is not None else os.path.join(root, INDEX_PATH)
+
+
+def _header() -> dict[str, Any]:
+    return {"format": INDEX_FORMAT, "checks": layout.check_fingerprint()}
+
+
+def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -> Index:
+    """The bucket's stored index; an empty one when there is none, or when it cannot be
+    used (unreadable, another format or check version: said through ``warn``)."""
+    idx = Index(root, fs)
+    where = _location(root, fs)
+    try:
+        if fs is not None:
+            with fs.open_input_stream(where) as f:
+                data = f.read()
+        else:
+            with open(where, "rb") as fh:
+                data = fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return idx
+    except OSError as e:  # pyarrow's S3 says "not found" as an OSError too
+        if "not found" not in str(e).lower() and "nosuchkey" not in str(e).lower() and warn:
+            warn(f"tier index {where}: unreadable ({e}); footers are read instead")
+        return idx
+    try:
+        doc = json.loads(data)
+        if {k: doc.get(k) for k in _header()} != _header():
+            if warn:
+                warn(f"tier index {where}: made by another version; footers are read instead")
+            return idx
+        raw = {str(p): ((int(s), int(m)), list(v)) for p, s, m, v in doc["raw"]}
+        tier = {str(p): ((int(s), int(m)), (str(h), str(src))) for p, s, m, h, src in doc["tier"]}
+        for v in raw.values():
+            if len(v[1]) != 6:
+                raise ValueError("a raw file's check has the wrong length")
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        if warn:
+            warn(f"tier index {where}: damaged ({e}); footers are read instead")
+        return idx
+    idx.raw, idx.tier = raw, tier
+    return idx
+
+
+def stored(root: str, fs: Any = None) -> Index | None:
+    """The bucket's usable index, or None (none stored, or not usable: footers are read)."""
+    idx = load(root, fs)
+    return idx if idx.raw or idx.tier else None
+
+
+def save(idx: Index, keep: Callable[[str], bool]) -> int:
+    """Write the index atomically with the entries whose relative path ``keep`` accepts
+    (those of files that are still there); how many entries it holds."""
+    doc = _header() | {
+        "raw": [[p, s, m, v] for p, ((s, m), v) in sorted(idx.raw.items()) if keep(p)],
+        "tier": [
+            [p, s, m, h, src] for p, ((s, m), (h, src)) in sorted(idx.tier.items()) if keep(p)
+        ],
+    }
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    where = _location(idx.root, idx.fs)
+    if idx.fs is None:
+        from collector.atomic import write_atomic
+
+        write_atomic(where, data)
+        os.chmod(where, 0o644)  # readable like the bucket's files, not only by its writer
+    else:  # one PUT: readers see the old object or the new one
+        with idx.fs.open_output_stream(where) as f:
+            f.write(data)
+    return len(doc["raw"]) + len(doc["tier"])
+
+
+def refresh(
+    root: str,
+    fs: Any,
+    before: dt.date,
+    idx: Index,
+    tier_tables: list[str],
+    read_tier: Callable[[layout.Entry], TierMeta],
+) -> int:
+    """Bring the index up to date with every raw and tier file of the days before
+    ``before`` (footers read only for files it does not hold yet) and write it."""
+    finished: Callable[[dt.date], bool] = lambda d: d < before  # noqa: E731
+    live: set[str] = set()
+    base = root.rstrip("/") + "/"
+    for name in TABLES:
+        entries = layout.list_entries(root, name, fs, finished)
+        idx.checks(entries, lambda es: layout.check_all(es, fs))
+        live |= {e.path[len(base) :] for e in entries}
+    for name in tier_tables:
+        entries = layout.list_entries(root, name, fs, finished)
+        idx.tier_meta(entries, read_tier)
+        live |= {e.path[len(base) :] for e in entries}
+    return save(idx, live.__contains__)

@@ -1,0 +1,152 @@
+"""Reading the stored rollup tier in an analysis: which host-days it covers, and views.
+
+:func:`attach` makes, per source table, a view over the current tier files of the
+host-days they cover (``tier_*``) and one over the raw files of the other host-days
+(``<source>_rest``); :func:`analyzer.tier.rollup_with_tier` then combines the two.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+
+from analyzer.tier import (
+    DAY,
+    SOURCES,
+    TIERS,
+    TierUse,
+    _is_current,
+    _of,
+    _width,
+    current_tier,
+    sources_hash,
+)
+from analyzer.tierindex import Index
+from collector import layout
+from collector.store import s3_root
+
+
+def _aligned(c: layout.FileCheck) -> bool:
+    """Every row of the file lies within its folder's day (so no rollup group of one
+    day can take rows from another day's files)."""
+    lo = dt.datetime.combine(c.entry.day, dt.time(), dt.UTC)
+    return c.ts_min is not None and c.ts_max is not None and lo <= c.ts_min and c.ts_max < lo + DAY
+
+
+def attach(
+    con: duckdb.DuckDBPyConnection,
+    root: str,
+    fs: Any,
+    good: dict[str, list[layout.FileCheck]],
+    local: dict[str, list[str]],
+    date_ok: layout.DateOk,
+    host_ok: layout.HostOk,
+    usable: Callable[[layout.FileCheck], bool],
+    view_sql: Callable[[str, list[str]], str],
+    stage: Callable[[list[str]], list[str]],
+    index: Index | None = None,
+) -> TierUse | None:
+    """Per source table, views over the current tier (host-days it covers) and over the
+    raw files of the others (``<source>_rest``); None when no host-day has a current tier.
+    ``usable``: a raw file's rows all pass the reader's time-sanity bounds; ``view_sql``:
+    the reader's ``SELECT`` over raw files of a table; ``stage``: copies S3 objects;
+    ``index``: the tier files' hashes stored by ``leakreport rollup``."""
+    width = _width(None)
+    try:
+        tier = current_tier(root, fs, date_ok, host_ok, width, index)
+    except (OSError, RuntimeError):
+        return None
+    if not tier:
+        return None
+    use = TierUse(width, 0, 0)
+    raw_days: set[tuple[dt.date, str]] = set()
+    all_days: set[tuple[dt.date, str]] = set()
+    for source in SOURCES:
+        checks = good.get(source, [])
+        by_day: dict[tuple[dt.date, str], list[int]] = {}
+        for i, c in enumerate(checks):
+            by_day.setdefault((c.entry.day, c.entry.host_dir), []).append(i)
+        all_days |= set(by_day)
+        # a host with any file outside its day is read raw for this table: exact groups
+        misaligned = {c.entry.host_dir for c in checks if not _aligned(c)}
+        covered: list[layout.Entry] = []
+        rest: list[str] = []
+        for key, idx in by_day.items():
+            src = sources_hash([checks[i].entry for i in idx])
+            if (
+                key[1] not in misaligned
+                and _is_current(tier.get(key, {}), source, src)
+                and all(usable(checks[i]) for i in idx)
+            ):
+                covered += [tier[key][t][0] for t in _of(source)]
+            else:
+                rest += [local[source][i] for i in idx]
+                raw_days.add(key)
+        if not covered:
+            continue
+        paths = [e.path for e in covered]
+        if fs is not None:
+            paths = stage(paths)
+        for tier_table in _of(source):
+            mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
+            lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
+            con.execute(f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM read_parquet({lst})")
+            use.tables.add(TIERS[tier_table][0])
+        rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
+        con.execute(f"CREATE OR REPLACE VIEW {source}_rest AS {rest_sql}")
+    if not use.tables:
+        return None
+    use.raw_host_days = len(raw_days)
+    use.host_days = len(all_days - raw_days)
+    return use
+
+
+def attach_opened(
+    out: Any,
+    bucket: str | os.PathLike[str],
+    s3: Any,
+    scope: Any,
+    good: dict[str, list[layout.FileCheck]],
+    local: dict[str, list[str]],
+    parts: dict[str, str],
+    hi: dt.datetime,
+    first_run: dict[str, dt.datetime],
+    stage_dir: str | os.PathLike[str] | None,
+    index: Index | None = None,
+) -> TierUse | None:
+    """:func:`attach` for :func:`analyzer.bucket.open_checked`: the finished host-days
+    of ``out``'s views are read from the stored rollup tier where it is current."""
+    from analyzer.bucket import SAMPLED_AT_RUN, raw_select
+    from analyzer.staging import stage as _stage
+    from analyzer.staging import temp_stage as _temp_stage
+
+    def usable(c: layout.FileCheck) -> bool:
+        lo = first_run.get(c.entry.host) if c.entry.table in SAMPLED_AT_RUN else None
+        return (
+            c.ts_min is not None
+            and c.ts_max is not None
+            and c.ts_max <= hi
+            and (lo is None or c.ts_min >= lo)
+        )
+
+    def view_sql(name: str, rest: list[str]) -> str:
+        return raw_select(out.con, name, rest, parts[name], local[name])
+
+    root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
+    return attach(
+        out.con,
+        root,
+        s3,
+        {k: v for k, v in good.items() if k in parts},
+        local,
+        scope.date_ok,
+        scope.host_ok,
+        usable,
+        view_sql,
+        lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
+        index,
+    )
