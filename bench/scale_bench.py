@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -164,6 +165,35 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
             )
         html = render_fleet(fleet.build(week, docs[0], docs[1] if docs[1].hosts else None))
         out["html_kb"] = round(len(html.encode()) / 1024, 1)
+        if opts.get("html_out"):
+            Path(opts["html_out"]).write_text(html)
+    elif kind == "rollup_weeks":
+        import datetime as dt
+
+        from leakreport.cmd_bucket import store_weeks
+
+        # the week step of `leakreport rollup --before B` (after its tier step)
+        r = store_weeks(bucket, dt.date.fromisoformat(opts["before"]))
+        out.update(weeks_stored=r.stored, weeks_current=r.current, weeks_unclean=r.unclean)
+    elif kind == "fleet_stored":
+        from leakreport.cmd_analyze import fleet_page
+        from leakreport.common import AnalysisOptions, Console
+
+        class Kept(Console):  # where each week came from, kept instead of printed
+            lines: list[str] = []
+
+            def __call__(self, msg: str) -> None:
+                self.lines.append(msg)
+
+        # `leakreport fleet --week W` itself: stored findings where current, else analysed
+        o = AnalysisOptions(
+            memory_limit=opts.get("memory_limit"), batch_hosts=int(opts["batch_hosts"])
+        )
+        html, _doc = fleet_page(bucket, opts.get("week", "2026-W48"), o, Kept(0))
+        out["weeks"] = [m for m in Kept.lines if m.startswith("week ")]
+        out["html_kb"] = round(len(html.encode()) / 1024, 1)
+        if opts.get("html_out"):
+            Path(opts["html_out"]).write_text(html)
     elif kind == "fleet":
         from analyzer import fleet
         from analyzer.findings import FindingsDocument
@@ -234,17 +264,30 @@ def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dic
     res["rollup_finished"] = measure("rollup", str(copy), hosts, 1, {**o, "before": str(last)})
     res["warm"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
     res["fleet_report"] = measure("fleet", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
-    res["fleet_command"] = measure("fleet_command", str(copy), hosts, runs, o)
+    res["fleet_command"] = measure(
+        "fleet_command", str(copy), hosts, runs, {**o, "html_out": f"{tmp}/{bucket.name}-fc.html"}
+    )
     res["rollup_last_day"] = measure("rollup", str(copy), hosts, 1, {**o, "before": nxt})
     res["full"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["full"]})
+    # the bucket's week (2026-W48) ends the day before nxt: with --before nxt it is finished
+    # (and so is the empty week before it, which fleet no longer analyses); today is later
+    res["rollup_weeks"] = measure("rollup_weeks", str(copy), hosts, 1, {**o, "before": nxt})
+    res["fleet_stored"] = measure(
+        "fleet_stored", str(copy), hosts, runs, {**o, "html_out": f"{tmp}/{bucket.name}-fs.html"}
+    )
 
     def findings(k: str) -> list[Any]:
         d = json.loads(Path(docs[k]).read_text())
         return [(f["rule_id"], f["host"], f["gpu"], f["summary"]) for f in d["findings"]]
 
     res["same_findings"] = findings("cold") == findings("warm") == findings("full")
+
+    def page(k: str) -> str:  # the stored page names when its findings were analysed
+        return re.sub(r" · generated [^<]*", "", Path(f"{tmp}/{bucket.name}-{k}.html").read_text())
+
+    res["same_fleet_page"] = page("fc") == page("fs")
     scan = res["scan"]["seconds"]
-    for k in ("cold", "warm", "full", "fleet_report", "fleet_command"):
+    for k in ("cold", "warm", "full", "fleet_report", "fleet_command", "fleet_stored"):
         res[f"{k}_over_scan"] = round(res[k]["seconds"] / max(scan, 1e-9), 1)
     res["peak_rss_mb"] = max(
         res[k]["rss_mb"] for k in ("cold", "warm", "full", "fleet_command", "rollup_finished")

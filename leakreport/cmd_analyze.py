@@ -160,23 +160,14 @@ def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
       leakreport fleet /data/traces --week 2026-W48 --out fleet-2026-W48.html
     """
     from analyzer import fleet as fleet_mod
-    from reports.fleet import render_fleet
 
     try:
         start, end = fleet_mod.week_range(week)
-        prev_week = fleet_mod.previous_week(week)
     except ValueError as e:
         die(f"--week: {e}")
-    say = console()
     bucket_path(bucket)
-    cur, cur_from = week_findings(bucket, week, opts, say)
-    prev, _prev_from = week_findings(bucket, prev_week, opts, say, skip_empty=True)
-    assert cur is not None
-    view = fleet_mod.build(week, cur, prev if prev is not None and prev.hosts else None)
-    stamp = cur.run.generated_at
-    if cur_from == "stored findings":
-        stamp += " (findings stored by leakreport rollup)"
-    write_out(render_fleet(view, generated_at=stamp), out)
+    html, cur = fleet_page(bucket, week, opts, console())
+    write_out(html, out)
     click.echo(str(Path(out).resolve()))
     if not cur.hosts:
         click.echo(f"leakreport: incomplete: no data for week {week} ({start} .. {end})", err=True)
@@ -184,12 +175,27 @@ def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
     sys.exit(exit_code(cur, "never"))
 
 
+def fleet_page(bucket: str, week: str, opts: AnalysisOptions, say: Console) -> tuple[str, Any]:
+    """The fleet page of ``week`` (a valid ISO week) and its findings document: the
+    week's and the week before's findings, stored where current, else analysed."""
+    from analyzer import fleet as fleet_mod
+    from reports.fleet import render_fleet
+
+    cur, cur_from = week_findings(bucket, week, opts, say)
+    prev, _ = week_findings(bucket, fleet_mod.previous_week(week), opts, say, skip_empty=True)
+    assert cur is not None
+    view = fleet_mod.build(week, cur, prev if prev is not None and prev.hosts else None)
+    stamp = cur.run.generated_at
+    if cur_from == "stored findings":
+        stamp += " (findings stored by leakreport rollup)"
+    return render_fleet(view, generated_at=stamp), cur
+
+
 def week_findings(
     bucket: str, week: str, opts: AnalysisOptions, say: Console, *, skip_empty: bool = False
 ) -> tuple[Any, str]:
     """A week's findings (stored by `leakreport rollup` where current, else analysed) and
-    where they came from, said on stderr; also what `rollup` stores (default options).
-    ``skip_empty``: a week with no trace file dated in it is not analysed (None)."""
+    where they came from, said on stderr. ``skip_empty``: a week with no trace file dated in it is not analysed (None)."""
     import dataclasses
 
     from analyzer import weekstore

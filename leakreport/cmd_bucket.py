@@ -90,7 +90,7 @@ def rollup(bucket: str, before: dt.date | None) -> None:
         raise SystemExit(exitcodes.INCOMPLETE)
 
 
-def store_weeks(bucket: str, before: dt.date) -> None:
+def store_weeks(bucket: str, before: dt.date) -> Any:
     """The findings of finished weeks, analysed as `leakreport fleet` would (default
     options) where the stored ones are missing or stale; counts on stderr."""
     from analyzer import weekstore
@@ -112,3 +112,4 @@ def store_weeks(bucket: str, before: dt.date) -> None:
     )
     for line in res.unclean:
         err(f"leakreport: week not stored: {line}")
+    return res
