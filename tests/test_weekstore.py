@@ -235,3 +235,41 @@ def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     assert "1 weeks stored, 0 already current, 1 not stored" in r.stderr
     assert f"week not stored: {W47}: file left out:" in r.stderr
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
+
+
+def test_on_s3(tmp_path, monkeypatch) -> None:
+    """The same on an S3 bucket: stored by one put, listed by key, size and LastModified."""
+    from motoserver import MOTO, moto_s3
+
+    if MOTO is None:
+        pytest.skip("moto[server] missing")
+    from collector.store import s3_filesystem
+    from simulator.generate import simulate
+
+    with moto_s3("weeks") as env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        bucket = "s3://weeks/traces"
+        start = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
+        simulate("fast-image-processor-leak", bucket, hosts=1, hours=3, seed=5, start=start)
+        r = run("rollup", bucket, "--before", BEFORE)
+        assert r.exit_code == 0, r.stderr
+        assert "1 weeks stored, 0 already current" in r.stderr
+        fs = s3_filesystem()
+        key = f"weeks/traces/{weekstore.STORE_DIR}/{W48}.json"
+        assert json.loads(fs.open_input_stream(key).read())["week"] == W48
+        out = tmp_path / "fleet.html"
+        r = run("fleet", bucket, "--week", W48, "--out", str(out))
+        assert r.exit_code == 0, r.stderr
+        assert sources(r) == {W48: "stored findings", W47: "no data"}
+        # a late object of the week: analysed again
+        raw = layout.list_entries("weeks/traces", "gpu_samples", fs)
+        with fs.open_output_stream(raw[0].path.replace(".parquet", "-late.parquet")) as f:
+            f.write(fs.open_input_stream(raw[0].path).read())
+        r = run("fleet", bucket, "--week", W48, "--out", str(out))
+        assert r.exit_code == 0, r.stderr
+        assert sources(r)[W48] == "analysed"
+        with fs.open_output_stream(key) as f:
+            f.write(b"\x00garbage")
+        r = run("fleet", bucket, "--week", W48, "--out", str(out))
+        assert "stored findings unreadable" in r.stderr and sources(r)[W48] == "analysed"
