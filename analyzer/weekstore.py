@@ -77,7 +77,7 @@ def settings(opts: Any) -> dict[str, Any]:
     AnalysisOptions; scope options aside, which the key takes from the week)."""
     return {
         "packs": [str(p) for p in opts.packs],
-        "params": sorted(opts.params),
+        "params": list(opts.params),  # in order: a later --param of a key wins
         "executor": opts.executor,
         "batch_hosts": int(opts.batch_hosts),
         "rule_timeout": float(opts.rule_timeout),
