@@ -237,6 +237,24 @@ def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
 
 
+def test_a_week_with_quarantined_rows_is_not_stored(bucket) -> None:
+    """Samples before the host's first collector run are quarantined: not a clean week."""
+    from collector.writer import BucketWriter
+
+    early = dt.datetime(2026, 11, 16, 1, tzinfo=dt.UTC)  # W47, two days before the host's runs
+    row = {"ts": early, "host": "fast-image-processor-leak-00", "gpu_index": 0}
+    BucketWriter(bucket, "fast-image-processor-leak-00").write(
+        "gpu_samples", [{**row, "memory_used_bytes": 1}]
+    )
+    r = rollup(bucket)
+    assert "1 weeks stored, 0 already current, 1 not stored" in r.stderr
+    assert (
+        f"week not stored: {W47}: fast-image-processor-leak-00: 1 gpu_samples row(s) quarantined"
+        in r.stderr
+    )
+    assert sorted(store_state(bucket)) == [f"{W48}.json"]
+
+
 def test_on_s3(tmp_path, monkeypatch) -> None:
     """The same on an S3 bucket: stored by one put, listed by key, size and LastModified."""
     from motoserver import MOTO, moto_s3
