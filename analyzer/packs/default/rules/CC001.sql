@@ -33,19 +33,41 @@ min_short_lived = 5
 short_lived_minutes = 10
 min_map_growth = 20
 ---*/
-WITH procs AS (
+WITH short AS (
+    SELECT host, gpu_index, count(*) AS short_lived
+    FROM gpu_lifetimes
+    WHERE epoch(last_ts) - epoch(first_ts) < $short_lived_minutes * 60
+    GROUP BY ALL
+),
+maps AS (
+    SELECT host, arg_max(pid, last_n - first_n) AS parent_pid, max(last_n - first_n) AS map_growth
+    FROM (SELECT host, pid, arg_min(nvidia_device_count, ts) AS first_n, arg_max(nvidia_device_count, ts) AS last_n
+          FROM proc_maps WHERE nvidia_device_count IS NOT NULL GROUP BY ALL)
+    GROUP BY host
+),
+pool AS (
+    -- the GPUs with a dynamic process pool (short-lived processes on it, or a process of
+    -- its host whose mappings grew): the only ones whose memory is measured below
+    SELECT i.host, i.gpu_index, coalesce(s.short_lived, 0) AS short_lived,
+           coalesce(m.map_growth, 0) AS map_growth, m.parent_pid
+    FROM gpu_info i
+    LEFT JOIN short s USING (host, gpu_index)
+    LEFT JOIN maps m USING (host)
+    WHERE coalesce(s.short_lived, 0) >= $min_short_lived OR coalesce(m.map_growth, 0) >= $min_map_growth
+),
+procs AS (
     -- what the running processes held, per process bin: each one's mean, weighted by
     -- the share of the bin's sampling instants it was seen at (workers come and go)
     SELECT host, gpu_index, pb, min(first_ts) AS ts,
            sum(used_avg * samples) / max(samples) AS proc_used
-    FROM proc_bins
+    FROM proc_bins SEMI JOIN pool USING (host, gpu_index)
     WHERE gpu_index IS NOT NULL AND used_avg IS NOT NULL
     GROUP BY ALL
 ),
 gpu AS (
     SELECT g.host, g.gpu_index, CAST(floor(epoch(g.b) / s.proc_bin_s) AS BIGINT) AS pb,
            avg(g.used_avg) AS used
-    FROM gpu_buckets g, rollup_settings s
+    FROM gpu_buckets g SEMI JOIN pool USING (host, gpu_index), rollup_settings s
     GROUP BY ALL
 ),
 span AS (SELECT host, gpu_index, min(pb) AS pb0, max(pb) - min(pb) + 1 AS nb FROM procs GROUP BY ALL),
@@ -62,33 +84,19 @@ growth AS (
            median(orphan) FILTER (WHERE quarter = 1) AS first_orphan,
            median(orphan) FILTER (WHERE quarter = 4) AS last_orphan
     FROM unattributed GROUP BY ALL
-),
-short AS (
-    SELECT host, gpu_index, count(*) AS short_lived
-    FROM gpu_lifetimes
-    WHERE epoch(last_ts) - epoch(first_ts) < $short_lived_minutes * 60
-    GROUP BY ALL
-),
-maps AS (
-    SELECT host, arg_max(pid, last_n - first_n) AS parent_pid, max(last_n - first_n) AS map_growth
-    FROM (SELECT host, pid, arg_min(nvidia_device_count, ts) AS first_n, arg_max(nvidia_device_count, ts) AS last_n
-          FROM proc_maps WHERE nvidia_device_count IS NOT NULL GROUP BY ALL)
-    GROUP BY host
 )
-SELECT g.host, g.gpu_index AS gpu, m.parent_pid AS pid, g.start, g."end",
+SELECT g.host, g.gpu_index AS gpu, p.parent_pid AS pid, g.start, g."end",
        round(g.first_orphan / 1048576, 0) AS unattributed_first_mib,
        round(g.last_orphan / 1048576, 0) AS unattributed_last_mib,
        round((g.last_orphan - g.first_orphan) / 1048576, 0) AS growth_mib,
-       coalesce(s.short_lived, 0) AS short_lived_pids, coalesce(m.map_growth, 0) AS map_growth,
-       m.parent_pid,
+       p.short_lived AS short_lived_pids, p.map_growth,
+       p.parent_pid,
        format('GPU {} on {}: {:.0f} MiB more memory is held by no running process ({} short-lived GPU processes{}): leaked CUDA contexts.',
-              g.gpu_index, g.host, (g.last_orphan - g.first_orphan) / 1048576, coalesce(s.short_lived, 0),
-              CASE WHEN coalesce(m.map_growth, 0) > 0
-                   THEN format(', /dev/nvidia* mappings of pid {} +{}', m.parent_pid, m.map_growth) ELSE '' END)
+              g.gpu_index, g.host, (g.last_orphan - g.first_orphan) / 1048576, p.short_lived,
+              CASE WHEN p.map_growth > 0
+                   THEN format(', /dev/nvidia* mappings of pid {} +{}', p.parent_pid, p.map_growth) ELSE '' END)
            AS summary
 FROM growth g
-LEFT JOIN short s USING (host, gpu_index)
-LEFT JOIN maps m USING (host)
+JOIN pool p USING (host, gpu_index)
 WHERE g.last_orphan - g.first_orphan >= $min_growth_mib * 1048576.0
-  AND (coalesce(s.short_lived, 0) >= $min_short_lived OR coalesce(m.map_growth, 0) >= $min_map_growth)
 ORDER BY g.host, g.gpu_index
