@@ -21,17 +21,36 @@ shorter than the time the host has left. Watch the host's available memory:
 the kernel OOM killer ends the server without a Python traceback.
 """
 references  = ["https://github.com/vllm-project/vllm/issues/15597", "https://github.com/vllm-project/vllm/issues/22736"]
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "$min_growth_mib÷2 @ HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1", reason = "moved only narrows the work: a looser span lets more series reach the growth test (q4 - q1 >= min_growth_mib), which alone decides"},
+  {mutant = "drop HAVING `max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1` @ HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1", reason = "without the span test every series reaches the growth test, which alone decides"},
+  {mutant = "drop WHERE `metric = 'rss_bytes'` @ SELECT host, 0 AS pid, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'", reason = "the span of every metric of a host covers that of rss_bytes: more hosts reach the growth test, which reads rss_bytes alone"},
+]
 [params]
 min_growth_mib = 512
 min_late_fraction = 0.1   # last-quarter growth at least this share of the total
 max_rate_rise = 1.1       # late request rate at most this multiple of the early rate
 min_samples = 8
 ---*/
-WITH rss AS (
+WITH moved AS (
+    -- the series whose RSS spans the growth looked for at all (less a byte for rounding):
+    -- the medians compared below lie within that span, so no other series can fire
+    SELECT host, pid, source FROM (
+        SELECT host, pid, rss_avg AS rss, 'procfs' AS source FROM proc_bins
+        UNION ALL
+        SELECT host, 0 AS pid, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
+    )
+    GROUP BY ALL
+    HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1
+),
+rss AS (
     SELECT host, pid, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
-    FROM proc_bins WHERE rss_avg IS NOT NULL GROUP BY host, pid, pb
+    FROM proc_bins b SEMI JOIN moved m ON m.host = b.host AND m.pid = b.pid AND m.source = 'procfs'
+    WHERE rss_avg IS NOT NULL GROUP BY host, pid, pb
     UNION ALL
-    SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
+    SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source
+    FROM metric_norm n SEMI JOIN moved m ON m.host = n.host AND m.source = 'metrics'
+    WHERE metric = 'rss_bytes'
 ),
 span AS (
     SELECT host, pid, source, epoch(min(ts)) AS t0, epoch(max(ts)) - epoch(min(ts)) AS d, count(*) AS n
