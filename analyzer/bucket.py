@@ -190,7 +190,7 @@ def open_checked(
         local[name] = [c.entry.path for c in good[name]]
         if s3 is not None and local[name]:
             local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
-    first_run = _first_runs(con, local["collector_runs"], hi)
+    first_run = _first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
@@ -207,10 +207,10 @@ def open_checked(
         where = _scope_predicates(scope) + ([sane] if sane else [])
         parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
         try:
+            # binds the view, reading every footer: an unreadable file fails here already
             con.execute(
                 f"CREATE OR REPLACE VIEW {name} AS {raw_select(con, name, files, parts[name])}"
             )
-            con.execute(f"SELECT * FROM {name} LIMIT 0")
             if sane:
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
@@ -313,9 +313,20 @@ def _scope_predicates(scope: Scope) -> list[str]:
 
 
 def _first_runs(
-    con: duckdb.DuckDBPyConnection, runs: list[str], hi: dt.datetime
+    con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], runs: list[str], hi: dt.datetime
 ) -> dict[str, dt.datetime]:
-    """Each host's first collector run (runs stamped in the future do not count)."""
+    """Each host's first collector run (runs stamped in the future do not count): from the
+    footers where they tell exactly (each file's rows of one host, none after ``hi``),
+    else by a scan of ``runs``."""
+    if all(
+        not c.rows or (c.host is not None and c.ts_min and c.ts_max and c.ts_max <= hi)
+        for c in checks
+    ):
+        first: dict[str, dt.datetime] = {}
+        for c in checks:
+            if c.rows and c.host is not None and c.ts_min:
+                first[c.host] = min(first.get(c.host, c.ts_min), c.ts_min)
+        return {h: t - FUTURE_MARGIN for h, t in first.items()}
     if not runs:
         return {}
     src = f"read_parquet({_sql_list(runs)}, union_by_name = true)"

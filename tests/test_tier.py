@@ -416,3 +416,27 @@ def test_the_index_on_s3(tmp_path, monkeypatch) -> None:
         reads = _footer_reads(monkeypatch)
         assert _opened(bucket, tmp_path) == want
         assert reads == []
+
+
+def test_first_runs_from_the_footers_match_a_scan(bucket) -> None:
+    """Each host's first collector run comes from the footers when they tell exactly;
+    a file whose rows name no single host, or a run stamped after the bound, is scanned."""
+    import dataclasses
+
+    import duckdb
+
+    from analyzer import bucket as bucket_mod
+
+    checks, _bad = bucket_mod.checked_files(bucket, "collector_runs", bucket_mod.Scope())
+    paths = [c.entry.path for c in checks]
+    unsure = [dataclasses.replace(checks[0], host=None), *checks[1:]]
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    hi = NOW + bucket_mod.FUTURE_MARGIN
+    footer = bucket_mod._first_runs(con, checks, paths, hi)
+    assert len(footer) == 2 and footer == bucket_mod._first_runs(con, unsure, paths, hi)
+    early = START + dt.timedelta(hours=3)  # some runs come after it: only a scan can tell
+    assert bucket_mod._first_runs(con, checks, paths, early) == bucket_mod._first_runs(
+        con, unsure, paths, early
+    )
+    assert bucket_mod._first_runs(con, checks, [], early) == {}  # it did scan
