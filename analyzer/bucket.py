@@ -208,9 +208,8 @@ def open_checked(
         parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
         try:
             # binds the view, reading every footer: an unreadable file fails here already
-            con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS {raw_select(con, name, files, parts[name])}"
-            )
+            sql = raw_select(con, name, files, parts[name], alike=layout.one_schema(good[name]))
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             if sane:
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
@@ -229,15 +228,20 @@ def raw_select(
     files: list[str],
     cond: str,
     columns_of: list[str] | None = None,
+    *,
+    alike: bool = False,
 ) -> str:
     """The ``SELECT`` of a trace table's view over ``files``: the schema's columns (NULL
     for optional ones no file of ``columns_of``, default ``files``, has yet), one row
-    per key where the table has one."""
+    per key where the table has one. ``alike``: every file of ``columns_of`` has the same
+    Parquet schema (:func:`collector.layout.one_schema`), so DuckDB binds the view from one
+    footer instead of reconciling all of them (union_by_name), at every statement."""
     spec = TABLES[name]
-    src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+    union = "" if alike else ", union_by_name = true"
+    src = f"read_parquet({_sql_list(files)}{union}, hive_partitioning = false)"
     cols = ", ".join(f'"{c}"' for c in spec.columns)
     if spec.optional:  # columns added later are NULL where no file has them yet
-        of = f"read_parquet({_sql_list(columns_of or files)}, union_by_name = true)"
+        of = f"read_parquet({_sql_list(columns_of or files)}{union})"
         have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
         cols = ", ".join(
             f'CAST(NULL AS VARCHAR) AS "{c}"' if c in spec.optional and c not in have else f'"{c}"'

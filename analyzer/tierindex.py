@@ -33,7 +33,7 @@ from typing import Any
 from collector import layout
 from collector.schema import TABLES
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 INDEX_PATH = "tier_index/footers.json"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
@@ -51,12 +51,14 @@ def _time(us: int | None) -> dt.datetime | None:
 
 
 def _encode(c: layout.FileCheck) -> list[Any]:
-    return [c.problem, c.rows, _us(c.ts_min), _us(c.ts_max), c.replaces, c.host]
+    return [c.problem, c.rows, _us(c.ts_min), _us(c.ts_max), c.replaces, c.host, c.schema_hash]
 
 
 def _decode(entry: layout.Entry, v: list[Any]) -> layout.FileCheck:
-    problem, rows, lo, hi, replaces, host = v
-    return layout.FileCheck(entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host)
+    problem, rows, lo, hi, replaces, host, shape = v
+    return layout.FileCheck(
+        entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host, shape
+    )
 
 
 @dataclass
@@ -158,7 +160,7 @@ def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -
         raw = {str(p): ((int(s), int(m)), list(v)) for p, s, m, v in doc["raw"]}
         tier = {str(p): ((int(s), int(m)), (str(h), str(src))) for p, s, m, h, src in doc["tier"]}
         for v in raw.values():
-            if len(v[1]) != 6:
+            if len(v[1]) != 7:
                 raise ValueError("a raw file's check has the wrong length")
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         if warn:

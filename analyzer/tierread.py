@@ -134,7 +134,8 @@ def attach_opened(
         )
 
     def view_sql(name: str, rest: list[str]) -> str:
-        return raw_select(out.con, name, rest, parts[name], local[name])
+        alike = layout.one_schema(good[name])
+        return raw_select(out.con, name, rest, parts[name], local[name], alike=alike)
 
     root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
     return attach(

@@ -223,6 +223,9 @@ class FileCheck:
     ts_max: dt.datetime | None = None
     replaces: list[str] = field(default_factory=list)
     host: str | None = None  # every row's host, where the statistics show one value, no NULL
+    # the Parquet schema's hash (column names, order, types): files with the same one can be
+    # read as one table without reconciling their schemas
+    schema_hash: str | None = None
 
 
 def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
@@ -290,6 +293,8 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     res.rows = md.num_rows
     res.ts_min, res.ts_max = _time_range(md, schema.get_field_index(spec.time_column))
     res.host = _one_value(md, schema.get_field_index("host"))
+    tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object
+    res.schema_hash = hashlib.sha256(tree.encode()).hexdigest()[:16]
     raw = kv.get(REPLACES_KEY)
     if raw:
         try:
@@ -336,6 +341,12 @@ def check_all(entries: list[Entry], fs: Any = None, threads: int = 8) -> list[Fi
 
     with ThreadPoolExecutor(threads) as ex:
         return list(ex.map(lambda e: check_file(e, fs), entries))
+
+
+def one_schema(checks: list[FileCheck]) -> bool:
+    """Every file has the same Parquet schema (so a reader need not reconcile them)."""
+    hashes = {c.schema_hash for c in checks}
+    return len(hashes) == 1 and None not in hashes
 
 
 def live(checks: list[FileCheck]) -> tuple[list[FileCheck], list[FileCheck]]:

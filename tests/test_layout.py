@@ -169,3 +169,27 @@ def test_stored_checks_are_tied_to_the_check_version(monkeypatch) -> None:
     drifted = dataclasses.replace(TABLES["gpu_samples"], time_column="other")
     monkeypatch.setitem(layout.TABLES, "gpu_samples", drifted)
     assert layout.check_fingerprint() != fp
+
+
+def test_files_written_alike_have_one_schema(tmp_path) -> None:
+    """Files of the same columns, order and types share a schema hash (read without
+    reconciling); one that lacks an optional column or stores another time unit does not."""
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    good = to_arrow("gpu_samples", _rows(3))
+    for i in range(3):
+        _write_raw(folder / f"same{i}.parquet", to_arrow("gpu_samples", _rows(2 + i)), _meta())
+    checks = layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+    assert layout.one_schema(checks) and all(c.problem is None for c in checks)
+    old = good.drop_columns(["pod"])
+    _write_raw(folder / "old.parquet", old, _meta())
+    ns = good.set_column(0, "ts", good.column("ts").cast(pa.timestamp("ns", tz="UTC")))
+    _write_raw(folder / "ns.parquet", ns, _meta())
+    for extra in ("old.parquet", "ns.parquet"):
+        (c,) = [
+            layout.check_file(e)
+            for e in layout.list_entries(str(tmp_path), "gpu_samples")
+            if e.name == extra
+        ]
+        assert c.problem is None, extra  # readable: only not alike
+        assert not layout.one_schema([*checks, c]), extra
+    assert not layout.one_schema([*checks, layout.FileCheck(checks[0].entry, "unreadable")])
