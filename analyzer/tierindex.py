@@ -11,9 +11,10 @@ the index when the path, size and time still match and reads the footer of every
 file as before: late files, today's files, files compacted or rewritten since.
 
 The one change this cannot see: a file replaced by one of the same size and the same
-modification time (to the nanosecond). Nothing of ours does that: the collector,
-compaction and the tier write a new file under a temporary name and rename it
-(``os.replace``), which gives it a new time, and usually a new name as well.
+modification time (to the nanosecond; on S3 LastModified, to the second, as pyarrow's
+listing gives no ETag). Nothing of ours does that: the collector, compaction and the tier
+write a new file under a temporary name and rename it (``os.replace``), which gives it a
+new time, and usually a new name as well.
 
 The index is written atomically (a temporary file renamed; one PUT on S3). One that is
 unreadable, of another format, or made for another schema or check version
