@@ -248,9 +248,29 @@ def raw_select(
             for c in spec.columns
         )
     if spec.key:
-        keys = ", ".join(f'"{c}"' for c in spec.key)
-        return f"SELECT DISTINCT ON ({keys}) {cols} FROM {src}{cond}"
+        return _one_per_key(name, f"SELECT {cols} FROM {src}{cond}")
     return f"SELECT {cols} FROM {src}{cond}"
+
+
+def _one_per_key(name: str, rows: str) -> str:
+    """``rows`` with one row per key of table ``name``: of rows that share a key, the one
+    read first (the least time column), ties broken by the other columns in schema order,
+    so the same files give the same row at any thread count (``DISTINCT ON`` keeps any
+    one). A hash aggregate of the smallest row, not a sort: on 0.9 M log lines 1.1x the
+    cost of ``DISTINCT ON``, where ``DISTINCT ON ... ORDER BY`` costs 3x."""
+    spec = TABLES[name]
+    keys = ", ".join(f'"{c}"' for c in spec.key)
+    rest = [c for c in spec.columns if c not in spec.key]
+    if spec.time_column in rest:
+        rest = [spec.time_column] + [c for c in rest if c != spec.time_column]
+    if not rest:
+        return f"SELECT DISTINCT * FROM ({rows})"
+    row = ", ".join(f'"{c}" := "{c}"' for c in rest)
+    out = ", ".join(f'"{c}"' if c in spec.key else f'__row."{c}" AS "{c}"' for c in spec.columns)
+    return (
+        f"SELECT {out} FROM (SELECT {keys}, min(struct_pack({row})) AS __row "
+        f"FROM ({rows}) GROUP BY {keys})"
+    )
 
 
 def footer_hosts(

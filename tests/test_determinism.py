@@ -1,0 +1,139 @@
+"""The same bucket gives the same findings document, every run, at any DuckDB thread count.
+
+Parallel hash aggregates and sorts meet rows in an order that changes from run to run;
+wherever a query keeps "one of" several rows (DISTINCT ON, arg_max on a tie, the first row
+of a window partition) the document could change with it. These tests analyse a fleet of
+several scenarios, with a log read twice and two source failures at one instant, under
+1, 2 and 4 threads, twice each, and compare the documents.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.bucket import open_checked
+from analyzer.packs import load_packs
+from analyzer.runner import analyze
+from collector.writer import BucketWriter
+from simulator.generate import simulate
+
+NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+START = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+THREADS = (1, 2, 4)
+SCENARIOS = (
+    "fast-image-processor-leak",
+    "cache-warmup",
+    "kv-pool-leak",
+    "host-rss-leak",
+    "rank-skew",
+    "probe-tensor-leak",
+    "hung-server",
+    "vision-oom-hourly",
+    "latency-pressure",
+)
+# host -> seconds between a log file's first read and its second (negative: the copy
+# written later was read earlier, so "first file" and "earliest read" differ)
+REREAD = {"vision-oom-hourly-00": 90, "fast-image-processor-leak-00": -30, "kv-pool-leak-00": 45}
+FAILED_AT = dt.datetime(2026, 11, 23, 3, 0, 7, tzinfo=dt.UTC)
+ERRORS = ("NVML: GPU is lost", "NVML: driver not loaded")  # the greater one written last
+
+
+def _reread_logs(bucket: Path) -> None:
+    """Every log line of the REREAD hosts written a second time, stamped ``shift`` later
+    (a collector killed between writing its files and saving its log cursor)."""
+    for host, shift in REREAD.items():
+        files = sorted((bucket / "log_lines").rglob(f"host={host}/*.parquet"))
+        lines = pa.concat_tables([pq.read_table(f) for f in files])
+        later = pc.add(lines.column("ts"), pa.scalar(dt.timedelta(seconds=shift)))
+        BucketWriter(bucket, host).write("log_lines", lines.set_column(0, "ts", later))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("determinism") / "bucket"
+    for scenario in SCENARIOS:
+        simulate(scenario, out, hosts=1, hours=6, seed=5, start=START)
+    _reread_logs(out)
+    failures = [
+        {"ts": FAILED_AT, "host": "hung-server-00", "run_id": f"r{i}", "source": "nvml"}
+        | {"status": "failed", "rows": 0, "error": e}
+        for i, e in enumerate(ERRORS)
+    ]
+    BucketWriter(out, "hung-server-00").write("collector_runs", failures)
+    return out
+
+
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
+    """``threads(n)``: every DuckDB connection made from here on runs ``n`` threads."""
+    real = duckdb.connect
+
+    def force(n: int) -> None:
+        def connect(*args: Any, **kwargs: Any) -> duckdb.DuckDBPyConnection:
+            kwargs["config"] = {**kwargs.get("config", {}), "threads": n}
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(duckdb, "connect", connect)
+
+    yield force
+
+
+def _doc(bucket: Path) -> str:
+    d = analyze(bucket, load_packs(), now=NOW).to_dict()
+    d["run"].pop("generated_at")
+    for r in d["run"]["rules"]:
+        r.pop("duration_s")
+    return json.dumps(d, sort_keys=True, indent=1)
+
+
+def test_a_line_read_twice_is_one_row_stamped_at_its_first_read(fleet, threads) -> None:
+    key = 'host, file, inode, "offset", line_id'
+    on = " AND ".join(f"v.{c} IS NOT DISTINCT FROM r.{c}" for c in key.split(", "))
+    for n in THREADS:
+        threads(n)
+        con = open_checked(fleet, now=NOW).con
+        try:
+            assert con.execute("SELECT current_setting('threads')").fetchall() == [(n,)]
+            raw = f"read_parquet('{fleet}/log_lines/*/*/*.parquet')"
+            dup = con.execute(
+                f"SELECT count(*) FROM (SELECT {key} FROM {raw} GROUP BY ALL HAVING count(*) > 1)"
+            ).fetchall()[0][0]
+            assert dup > 100  # the re-read hosts' lines, each twice
+            # one row per line, and it is the earliest read (the later copy for one host)
+            rows = con.execute(
+                f"SELECT v.host, count(*), count(*) FILTER (WHERE v.ts = r.first), "
+                f"count(DISTINCT v.ts = r.first) FROM log_lines v JOIN "
+                f"(SELECT {key}, min(ts) AS first, count(*) AS n FROM {raw} GROUP BY ALL) r "
+                f"ON {on} WHERE r.n > 1 GROUP BY ALL "
+                "ORDER BY ALL"
+            ).fetchall()
+            assert [(h, c, c, 1) for h, c, *_ in rows] == rows
+            assert sorted(h for h, *_ in rows) == sorted(REREAD)
+            lines = con.execute(f"SELECT count(DISTINCT ({key})) FROM {raw}").fetchall()
+            assert con.execute("SELECT count(*) FROM log_lines").fetchall() == lines
+        finally:
+            con.close()
+
+
+def test_the_same_bucket_gives_the_same_document_at_any_thread_count(fleet, threads) -> None:
+    docs: dict[str, list[int]] = {}
+    for _ in range(2):
+        for n in THREADS:
+            threads(n)
+            docs.setdefault(_doc(fleet), []).append(n)
+    assert len(docs) == 1, f"documents differ between runs at threads {list(docs.values())}"
+    doc = json.loads(next(iter(docs)))
+    assert doc["findings"], "the fleet must find something to compare"
+    # two failures at one instant: the last error is one of them, the same every time
+    said = [g for g in doc["run"]["gaps"] if g.startswith("hung-server-00: source nvml failed")]
+    assert len(said) == 1 and said[0].endswith(f"(last: {max(ERRORS)})"), said
