@@ -82,7 +82,8 @@ def build(con: duckdb.DuckDBPyConnection) -> int:
     raw = pl.from_arrow(
         to_arrow(
             con.sql(
-                'SELECT host, ts, file, "offset", text FROM log_lines ORDER BY host, file, "offset"'
+                'SELECT host, ts, file, "offset", text FROM log_lines '
+                'ORDER BY host, file, "offset", ts, inode, line_id, text'
             )
         )
     )
@@ -120,12 +121,13 @@ def build(con: duckdb.DuckDBPyConnection) -> int:
 _SERVER_INFO = """
 CREATE OR REPLACE VIEW log_server_info AS
 SELECT a.ts, a.host, CAST(NULL AS BIGINT) AS pid, a.engine,
-       (SELECT arg_max(v.version, v.ts) FROM log_events v
+       (SELECT arg_max(v.version, (v.ts, v.file, v."offset")) FROM log_events v
          WHERE v.host = a.host AND v.event = 'engine_version') AS engine_version,
        a.model_path AS model, a.mem_fraction_static, a.gpu_memory_utilization,
        a.disable_fast_image_processor, CAST(a.tp_size AS INTEGER) AS tp_size,
        CAST(json_object('max_model_len', a.max_model_len, 'enforce_eager', a.enforce_eager,
-                        'source', 'log') AS VARCHAR) AS flags_json
+                        'source', 'log') AS VARCHAR) AS flags_json,
+       a.file AS log_file, a."offset" AS log_offset  -- which of lines read at one instant is last
 FROM log_events a
 WHERE a.event = 'server_args'
 """

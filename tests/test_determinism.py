@@ -137,3 +137,32 @@ def test_the_same_bucket_gives_the_same_document_at_any_thread_count(fleet, thre
     # two failures at one instant: the last error is one of them, the same every time
     said = [g for g in doc["run"]["gaps"] if g.startswith("hung-server-00: source nvml failed")]
     assert len(said) == 1 and said[0].endswith(f"(last: {max(ERRORS)})"), said
+
+
+def test_of_server_args_read_at_one_instant_the_later_line_is_the_latest() -> None:
+    """A collector run stamps every line it reads with one ts: the configuration a server
+    logged last is the one later in its file, not whichever row the aggregate meets first."""
+    import polars as pl
+
+    from analyzer import logevents
+    from analyzer.rollup import ROLLUP_DIR
+    from collector.schema import TABLES
+
+    con = duckdb.connect()
+    con.register("none", pa.Table.from_pylist([], schema=TABLES["processes"].schema))
+    con.execute("CREATE TABLE processes AS SELECT * FROM none")
+    t = dt.datetime(2026, 11, 23, 1, tzinfo=dt.UTC)
+    rows = [  # the earlier line first: the order an aggregate meets rows in is no order
+        {"host": "h", "ts": t, "file": "f", "offset": off, "event": "server_args"}
+        | {"engine": "sglang", "model_path": model, "tp_size": tp}
+        for off, model, tp in ((100, "old-model", 1), (900, "new-model", 2))
+    ]
+    events = pl.DataFrame(rows).with_columns(
+        *(pl.lit(None, dtype=d).alias(c) for c, d in logevents.COLUMNS.items() if c not in rows[0])
+    )
+    con.register("events", events.select(list(logevents.COLUMNS)).to_arrow())
+    con.execute("CREATE TABLE log_events AS SELECT * FROM events")
+    con.execute(logevents._SERVER_INFO)
+    con.execute((ROLLUP_DIR / "05_server_info.sql").read_text())
+    got = con.execute("SELECT model, tp_size FROM server_info").fetchall()
+    assert got == [("new-model", 2)]
