@@ -80,7 +80,7 @@ rate AS (
 ),
 hits AS (
     SELECT l.*, r.early, r.late, (l.q4 - l.q1) AS growth, (l.q4 - l.q3) AS late_growth,
-           row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC) AS pick
+           row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC, l.pid) AS pick
     FROM life l JOIN rate r USING (host, pid, source)
     WHERE l.n >= $min_samples
       AND l.q4 - l.q1 >= $min_growth_mib * 1048576.0

@@ -34,16 +34,16 @@ references  = [
     "https://github.com/sgl-project/sglang/pull/18010",
 ]
 equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
-  {mutant = "=→<> @ arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "l.model is never read when it has a value: every server_args event with a model is also a log_server_info row in server_info, so p.model (first in the coalesce) is already non-NULL"},
-  {mutant = "drop WHERE `engine_version IS NOT NULL` @ arg_max(engine_version, last_ts) FILTER (WHERE engine_version IS NOT NULL) AS engine_version,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
-  {mutant = "drop WHERE `event = 'engine_version'` @ arg_max(version, ts) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
-  {mutant = "drop WHERE `version IS NOT NULL` @ arg_max(version, ts) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
-  {mutant = "drop WHERE `event = 'server_args'` @ arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
-  {mutant = "drop WHERE `model_path IS NOT NULL` @ arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
+  {mutant = "=→<> @ arg_max(model_path, (ts, file, \"offset\")) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "l.model is never read when it has a value: every server_args event with a model is also a log_server_info row in server_info, so p.model (first in the coalesce) is already non-NULL"},
+  {mutant = "drop WHERE `engine_version IS NOT NULL` @ arg_max(engine_version, (last_ts, pid)) FILTER (WHERE engine_version IS NOT NULL) AS engine_version,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
+  {mutant = "drop WHERE `event = 'engine_version'` @ arg_max(version, (ts, file, \"offset\")) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
+  {mutant = "drop WHERE `version IS NOT NULL` @ arg_max(version, (ts, file, \"offset\")) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
+  {mutant = "drop WHERE `event = 'server_args'` @ arg_max(model_path, (ts, file, \"offset\")) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
+  {mutant = "drop WHERE `model_path IS NOT NULL` @ arg_max(model_path, (ts, file, \"offset\")) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
   {mutant = "drop WHERE `event = 'server_args'` @ FILTER (WHERE event = 'server_args' AND disable_fast_image_processor IS NOT NULL) AS from_args,", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
   {mutant = "drop WHERE `disable_fast_image_processor IS NOT NULL` @ FILTER (WHERE event = 'server_args' AND disable_fast_image_processor IS NOT NULL) AS from_args,", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
-  {mutant = "drop WHERE `event = 'fast_image_processor'` @ arg_max(enabled, ts) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
-  {mutant = "drop WHERE `enabled IS NOT NULL` @ arg_max(enabled, ts) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
+  {mutant = "drop WHERE `event = 'fast_image_processor'` @ arg_max(enabled, (ts, file, \"offset\")) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg", reason = "only these events carry the field (logformats.FIELDS; logparse keeps a field on its own event alone), and the IS NOT NULL conjunct keeps just those rows"},
+  {mutant = "drop WHERE `enabled IS NOT NULL` @ arg_max(enabled, (ts, file, \"offset\")) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg", reason = "arg_max skips rows whose value is NULL, so these rows never change the result"},
 ]
 [params]
 max_affected_version = "0.4.9.post6"
@@ -51,10 +51,10 @@ vision_model_regex = '(?i)(-vl\b|vl-|vision|llava|internvl|pixtral|minicpm-v|qwe
 min_growth_mib_per_h = 16.0
 ---*/
 WITH procs AS (
-    SELECT host, arg_max(pid, last_ts) AS pid, min(first_ts) AS start, max(last_ts) AS "end",
-           arg_max(engine, last_ts) AS engine,
-           arg_max(engine_version, last_ts) FILTER (WHERE engine_version IS NOT NULL) AS engine_version,
-           arg_max(model, last_ts) AS model,
+    SELECT host, arg_max(pid, (last_ts, pid)) AS pid, min(first_ts) AS start, max(last_ts) AS "end",
+           arg_max(engine, (last_ts, pid)) AS engine,
+           arg_max(engine_version, (last_ts, pid)) FILTER (WHERE engine_version IS NOT NULL) AS engine_version,
+           arg_max(model, (last_ts, pid)) AS model,
            NOT bool_or(disable_fast_image_processor) AS fast_from_cmdline
     FROM server_info GROUP BY host
 ),
@@ -62,11 +62,11 @@ logged AS (
     -- the ServerArgs dump states the flag even when the cmdline was not readable;
     -- image-processor messages are the weaker evidence
     SELECT host, min(ts) AS start, max(ts) AS "end",
-           arg_max(version, ts) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,
-           arg_max(model_path, ts) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,
-           arg_max(NOT disable_fast_image_processor, ts)
+           arg_max(version, (ts, file, "offset")) FILTER (WHERE event = 'engine_version' AND version IS NOT NULL) AS engine_version,
+           arg_max(model_path, (ts, file, "offset")) FILTER (WHERE event = 'server_args' AND model_path IS NOT NULL) AS model,
+           arg_max(NOT disable_fast_image_processor, (ts, file, "offset"))
                FILTER (WHERE event = 'server_args' AND disable_fast_image_processor IS NOT NULL) AS from_args,
-           arg_max(enabled, ts) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg
+           arg_max(enabled, (ts, file, "offset")) FILTER (WHERE event = 'fast_image_processor' AND enabled IS NOT NULL) AS from_msg
     FROM log_events
     GROUP BY host
 ),

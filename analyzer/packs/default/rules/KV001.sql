@@ -30,8 +30,8 @@ min_windows = 3
 ---*/
 WITH checks AS (
     SELECT host, count(*) AS leak_checks, min(ts) AS first_ts, max(ts) AS last_ts,
-           arg_max(pool, ts) AS pool, arg_max(available_size, ts) AS available_size,
-           arg_max(max_total_num_tokens, ts) AS max_total_num_tokens
+           arg_max(pool, (ts, file, "offset")) AS pool, arg_max(available_size, (ts, file, "offset")) AS available_size,
+           arg_max(max_total_num_tokens, (ts, file, "offset")) AS max_total_num_tokens
     FROM log_events WHERE event = 'kv_leak_check'
     GROUP BY host
 ),
@@ -40,7 +40,7 @@ idle AS (
     SELECT host, arg_min(first_kv_idle, gpu_index) AS first_idle_kv, arg_min(last_kv_idle, gpu_index) AS last_idle_kv,
            arg_min(n, gpu_index) AS idle_windows, min(first_start) AS first_ts, max(last_end) AS last_ts
     FROM (SELECT host, gpu_index, min(first_start) AS first_start, max(last_end) AS last_end,
-                 arg_min(first_kv_idle, first_start) AS first_kv_idle, arg_max(last_kv_idle, last_end) AS last_kv_idle,
+                 arg_min(first_kv_idle, (first_start, first_kv_idle)) AS first_kv_idle, arg_max(last_kv_idle, (last_end, last_kv_idle)) AS last_kv_idle,
                  sum(n) AS n
           FROM idle_trend WHERE first_kv_idle IS NOT NULL GROUP BY ALL)
     GROUP BY host

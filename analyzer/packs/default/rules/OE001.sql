@@ -27,13 +27,13 @@ leak_rate_mib_per_h = 16.0
 ---*/
 WITH o AS (
     SELECT host, coalesce(gpu, 0) AS gpu_index, count(*) AS ooms, min(ts) AS start, max(ts) AS "end",
-           arg_max(tried_bytes, ts) AS tried, arg_max(free_bytes, ts) AS free, arg_max(total_bytes, ts) AS total
+           arg_max(tried_bytes, (ts, file, "offset")) AS tried, arg_max(free_bytes, (ts, file, "offset")) AS free, arg_max(total_bytes, (ts, file, "offset")) AS total
     FROM log_events WHERE event = 'oom'
     GROUP BY ALL
 ),
 trend AS (
     SELECT host, gpu_index, median(slope_bps) * 3600 / 1048576 AS rate,
-           arg_max(lifetime_source, last_end) AS lifetime_source
+           arg_max(lifetime_source, (last_end, lifetime_source)) AS lifetime_source
     FROM idle_trend WHERE n >= 3 GROUP BY ALL
 )
 SELECT o.host, o.gpu_index AS gpu, NULL AS pid, o.start, o."end",

@@ -33,7 +33,7 @@ recent_minutes = 30
 ---*/
 WITH rate AS (
     SELECT host, gpu_index, median(slope_bps) AS slope_bps, max(total) AS total,
-           arg_max(lifetime_source, last_end) AS lifetime_source
+           arg_max(lifetime_source, (last_end, lifetime_source)) AS lifetime_source
     FROM idle_trend
     WHERE n >= $min_windows
       AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
