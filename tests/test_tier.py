@@ -200,7 +200,7 @@ def _trend(n: int, slope_bph: float) -> tuple[float, float]:
     con = duckdb.connect()
     con.execute(
         f"""CREATE TABLE idle_windows AS
-        SELECT 'h' AS host, 0 AS gpu_index, 1 AS segment, 'process_table' AS lifetime_source,
+        SELECT 'h' AS host, 0 AS gpu_index, 1 AS segment, 4000 AS pid, 'process_table' AS lifetime_source,
                TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_seconds(i * 600) AS start,
                TIMESTAMPTZ '2026-11-01 00:01:00+00' + to_seconds(i * 600) AS "end",
                CAST(2e10 + {slope_bph} * i / 6.0

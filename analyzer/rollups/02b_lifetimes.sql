@@ -1,7 +1,9 @@
 -- Per process and GPU, in bins of $proc_bin_s: what NVML and /proc said. The one
--- pass over gpu_processes: lifetimes and every per-process rule read this.
+-- pass over gpu_processes: lifetimes and every per-process rule read this. A PID
+-- comes back (pid_max, restarts): process_start (NULL where the source has none,
+-- e.g. nvidia-smi CSV) tells its lifetimes apart.
 CREATE OR REPLACE TABLE proc_bins AS
-SELECT host, gpu_index, pid,
+SELECT host, gpu_index, pid, process_start,
        CAST(floor(epoch(ts) / $proc_bin_s) AS BIGINT) AS pb,
        min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS samples,
        min(used_gpu_memory_bytes) AS used_min, avg(used_gpu_memory_bytes) AS used_avg,
@@ -29,14 +31,51 @@ SELECT host, min(ts) FROM (
 -- came back at its post-load level), boundaries closer than $lifetime_merge_s
 -- merged; a new Kubernetes pod on the GPU starts one too. lifetime_source says
 -- which: process table / server log / memory reset / pod change.
--- Inferred lifetimes get negative ids (they are not process ids).
+-- A process-table lifetime is one (pid, process_start): a reused PID is a new
+-- server. A bin without a start, of a PID with known ones, belongs to the one
+-- started last before it (else to its first). Of a PID whose start is never
+-- known, a silence of more than $lifetime_merge_s between its samples starts a
+-- new lifetime. `lifetime` is the id, unique per GPU: process-table lifetimes
+-- get 1, 2, ... in order of first sample; inferred ones -1, -2, ... (pid NULL:
+-- they are not processes).
 CREATE OR REPLACE TABLE gpu_lifetimes AS
-WITH proc AS (
-    SELECT host, gpu_index, pid, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
-           max(used_max) AS max_used, 'process table' AS lifetime_source
+WITH per_start AS (
+    SELECT host, gpu_index, pid, process_start, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+           max(used_max) AS used_max
     FROM proc_bins
-    WHERE gpu_index IS NOT NULL
+    WHERE gpu_index IS NOT NULL AND process_start IS NOT NULL
     GROUP BY ALL
+),
+unknown AS (  -- bins whose start is not known
+    SELECT u.host, u.gpu_index, u.pid, u.pb, u.first_ts, u.last_ts, u.used_max,
+           coalesce(s.process_start,
+                    (SELECT min(f.process_start) FROM per_start f
+                      WHERE f.host = u.host AND f.gpu_index = u.gpu_index AND f.pid = u.pid)) AS process_start
+    FROM (SELECT * FROM proc_bins WHERE gpu_index IS NOT NULL AND process_start IS NULL) u
+    ASOF LEFT JOIN per_start s
+      ON s.host = u.host AND s.gpu_index = u.gpu_index AND s.pid = u.pid AND s.process_start <= u.first_ts
+),
+gaps AS (
+    SELECT *, sum(CASE WHEN gap IS NULL OR gap > $lifetime_merge_s THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY host, gpu_index, pid ORDER BY pb
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS k
+    FROM (SELECT *, epoch(first_ts) - epoch(lag(last_ts) OVER (PARTITION BY host, gpu_index, pid ORDER BY pb))
+                        AS gap
+          FROM unknown WHERE process_start IS NULL)
+),
+proc AS (
+    SELECT host, gpu_index,
+           row_number() OVER (PARTITION BY host, gpu_index ORDER BY min(first_ts), pid, process_start, k)
+               AS lifetime,
+           pid, process_start, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+           max(used_max) AS max_used, 'process table' AS lifetime_source
+    FROM (SELECT host, gpu_index, pid, process_start, NULL AS k, first_ts, last_ts, used_max FROM per_start
+          UNION ALL
+          SELECT host, gpu_index, pid, process_start, NULL, first_ts, last_ts, used_max FROM unknown
+          WHERE process_start IS NOT NULL
+          UNION ALL
+          SELECT host, gpu_index, pid, NULL, k, first_ts, last_ts, used_max FROM gaps)
+    GROUP BY host, gpu_index, pid, process_start, k
 ),
 bare AS (  -- GPUs of hosts without a process table
     SELECT host, gpu_index, first_ts, last_ts FROM gpu_info g
@@ -80,14 +119,15 @@ bounds AS (
     FROM bare
 ),
 spans AS (
-    SELECT b.host, b.gpu_index, -(b.k + 1) AS pid, b.first_ts,
+    SELECT b.host, b.gpu_index, -(b.k + 1) AS lifetime, b.first_ts,
            coalesce(lead(b.first_ts) OVER (PARTITION BY b.host, b.gpu_index ORDER BY b.k), g.last_ts) AS last_ts,
            CASE b.from_log WHEN 2 THEN 'pod change' WHEN 1 THEN 'server log' ELSE 'memory reset' END AS lifetime_source
     FROM bounds b JOIN bare g USING (host, gpu_index)
 )
-SELECT host, gpu_index, pid, first_ts, last_ts, max_used, lifetime_source FROM proc
+SELECT host, gpu_index, lifetime, pid, process_start, first_ts, last_ts, max_used, lifetime_source
+FROM proc
 UNION ALL
-SELECT s.host, s.gpu_index, s.pid, s.first_ts, s.last_ts,
+SELECT s.host, s.gpu_index, s.lifetime, NULL, NULL, s.first_ts, s.last_ts,
        (SELECT max(x.used_max) FROM gpu_buckets x
          WHERE x.host = s.host AND x.gpu_index = s.gpu_index AND x.b >= s.first_ts AND x.b < s.last_ts),
        s.lifetime_source

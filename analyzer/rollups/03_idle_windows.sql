@@ -47,22 +47,26 @@ wr AS (
     FROM w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
 )
 SELECT w.* EXCLUDE (cum_requests),
-       coalesce(l.pid, 0) AS segment, coalesce(l.lifetime_source, 'none') AS lifetime_source,
+       coalesce(l.lifetime, 0) AS segment, l.pid, coalesce(l.lifetime_source, 'none') AS lifetime_source,
        (SELECT max(k.kv_usage) FROM kv_usage k
          WHERE k.host = w.host AND k.ts >= w.start AND k.ts < w."end") AS kv_idle,
        w.cum_requests
 FROM wr w
 LEFT JOIN (
-    -- the lifetime that was on the GPU longest during the window (0: none known)
-    SELECT w2.host, w2.gpu_index, w2.start,
-           arg_max(l.pid, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start))) AS pid,
-           arg_max(l.lifetime_source, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)))
-               AS lifetime_source,
-           arg_max(l.max_used, epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)))
-               AS max_used
-    FROM w w2 JOIN gpu_lifetimes l
-      ON l.host = w2.host AND l.gpu_index = w2.gpu_index AND l.first_ts < w2."end" AND l.last_ts > w2.start
-    GROUP BY ALL
+    -- the lifetime that was on the GPU longest during the window (0: none known); of
+    -- ones on it equally long, the one that held the most memory, then the later one
+    -- (segment: the lifetime's id, unique per GPU; pid: its process id, NULL if inferred)
+    SELECT host, gpu_index, start, pick.lifetime, pick.pid, pick.lifetime_source, pick.max_used
+    FROM (
+        SELECT w2.host, w2.gpu_index, w2.start,
+               arg_max({'lifetime': l.lifetime, 'pid': l.pid, 'lifetime_source': l.lifetime_source,
+                        'max_used': l.max_used},
+                       (epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)),
+                        coalesce(l.max_used, -1), l.first_ts, l.lifetime)) AS pick
+        FROM w w2 JOIN gpu_lifetimes l
+          ON l.host = w2.host AND l.gpu_index = w2.gpu_index AND l.first_ts < w2."end" AND l.last_ts > w2.start
+        GROUP BY ALL
+    )
 ) l USING (host, gpu_index, start)
 -- a window while an inferred server was still loading (memory far below its
 -- lifetime's peak: an exited or starting server) is no baseline of that lifetime

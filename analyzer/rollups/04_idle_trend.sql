@@ -1,4 +1,5 @@
--- Idle-baseline trend per GPU and process lifetime (segment): robust
+-- Idle-baseline trend per GPU and process lifetime (segment: the lifetime's id,
+-- unique per GPU; pid: its process, NULL where inferred or none): robust
 -- (Theil-Sen, bounded) slope, growth in the early and late halves of its time (saturation test),
 -- and the share of window-to-window steps that rose.
 CREATE OR REPLACE TABLE idle_trend AS
@@ -44,7 +45,9 @@ slopes AS (
 agg AS (
     SELECT host, gpu_index, segment,
            max(n) AS n,
+           -- one lifetime per segment: its source and pid are single-valued
            any_value(lifetime_source) AS lifetime_source,
+           any_value(pid) AS pid,
            min(start) AS first_start,
            max("end") AS last_end,
            min(t) AS t0,
@@ -53,7 +56,8 @@ agg AS (
            arg_max(baseline, k) AS last_baseline,
            -- the window nearest the middle of the lifetime in time (not in count:
            -- idle windows can be unevenly spaced, and a straight line must not look levelled off)
-           arg_min(baseline, abs(t - t_mid)) AS mid_baseline,
+           -- (of two equally near, the earlier)
+           arg_min(baseline, (abs(t - t_mid), k)) AS mid_baseline,
            count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - 1, 1) AS up_fraction,
            max(total) AS total,
            arg_min(kv_idle, k) AS first_kv_idle,

@@ -51,22 +51,22 @@ WITH leaky AS (
 SELECT
     host,
     gpu_index AS gpu,
-    CASE WHEN arg_max(segment, last_end) > 0 THEN arg_max(segment, last_end) END AS pid,
+    CASE WHEN arg_max(segment, (last_end, segment)) > 0 THEN arg_max(pid, (last_end, segment)) END AS pid,
     min(first_start) AS start,
     max(last_end) AS "end",
     count(*) AS segments,
     sum(n) AS idle_windows,
-    round(arg_max(first_baseline, growth_bytes) / 1048576, 1) AS first_idle_mib,
-    round(arg_max(last_baseline, growth_bytes) / 1048576, 1) AS last_idle_mib,
+    round(arg_max(first_baseline, (growth_bytes, segment)) / 1048576, 1) AS first_idle_mib,
+    round(arg_max(last_baseline, (growth_bytes, segment)) / 1048576, 1) AS last_idle_mib,
     round(max(growth_bytes) / 1048576, 1) AS growth_mib,
-    round(arg_max(early_growth_bytes, growth_bytes) / 1048576, 1) AS early_growth_mib,
-    round(arg_max(late_growth_bytes, growth_bytes) / 1048576, 1) AS late_growth_mib,
+    round(arg_max(early_growth_bytes, (growth_bytes, segment)) / 1048576, 1) AS early_growth_mib,
+    round(arg_max(late_growth_bytes, (growth_bytes, segment)) / 1048576, 1) AS late_growth_mib,
     round(median(slope_bps) * 3600 / 1048576, 1) AS rate_mib_per_h,
     round(sum(growth_bytes) / 1048576 / nullif(sum(requests) / 1000, 0), 2) AS mib_per_1k_requests,
     round(min(up_fraction), 2) AS up_fraction,
     round(max(total) / 1048576, 0) AS total_mib,
     -- where the lifetimes came from: process table / server log / memory reset
-    arg_max(lifetime_source, last_end) AS lifetime_source,
+    arg_max(lifetime_source, (last_end, segment)) AS lifetime_source,
     -- high: many windows, nearly every step up, and no slowing down in the late half
     CASE WHEN sum(n) >= $high_conf_windows AND min(up_fraction) >= 0.8
               AND min(late_growth_bytes / nullif(early_growth_bytes, 0)) >= 0.7 THEN 'high' ELSE 'medium' END
@@ -74,7 +74,7 @@ SELECT
     format('GPU {} on {} leaks about {:.0f} MiB/h: idle memory rose {:.0f} MiB over {} idle windows '
            'and kept rising (late half +{:.0f} MiB){}; {} confidence.',
            gpu_index, host, median(slope_bps) * 3600 / 1048576, max(growth_bytes) / 1048576,
-           sum(n), arg_max(late_growth_bytes, growth_bytes) / 1048576,
+           sum(n), arg_max(late_growth_bytes, (growth_bytes, segment)) / 1048576,
            CASE WHEN count(*) > 1 THEN format(', in {} process lifetimes', count(*)) ELSE '' END,
            CASE WHEN sum(n) >= $high_conf_windows AND min(up_fraction) >= 0.8
                      AND min(late_growth_bytes / nullif(early_growth_bytes, 0)) >= 0.7 THEN 'high' ELSE 'medium' END)

@@ -28,7 +28,7 @@ max_late_fraction = 0.35  # late-half growth below this share of early-half grow
 SELECT
     host,
     gpu_index AS gpu,
-    CASE WHEN segment > 0 THEN segment END AS pid,
+    pid,
     first_start AS start,
     last_end AS "end",
     n AS idle_windows,
@@ -45,4 +45,4 @@ FROM idle_trend
 WHERE n >= $min_windows
   AND growth_bytes >= $min_growth_mib * 1048576.0
   AND late_growth_bytes < $max_late_fraction * early_growth_bytes
-ORDER BY host, gpu_index, first_start
+ORDER BY host, gpu_index, first_start, segment

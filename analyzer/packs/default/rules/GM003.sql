@@ -34,16 +34,16 @@ min_up_fraction = 0.6
 max_kv_change = 0.02
 probe_min_bins = 8        # allocator-probe bins that make AP001-AP003 the judges instead
 ---*/
-SELECT host, gpu_index AS gpu, arg_max(CASE WHEN segment > 0 THEN segment END, last_end) AS pid, min(first_start) AS start, max(last_end) AS "end",
+SELECT host, gpu_index AS gpu, arg_max(pid, (last_end, segment)) AS pid, min(first_start) AS start, max(last_end) AS "end",
        round(max(growth_bytes) / 1048576, 0) AS growth_mib,
-       round(arg_max(first_kv_idle, growth_bytes), 4) AS first_idle_kv,
-       round(arg_max(last_kv_idle, growth_bytes), 4) AS last_idle_kv,
+       round(arg_max(first_kv_idle, (growth_bytes, segment)), 4) AS first_idle_kv,
+       round(arg_max(last_kv_idle, (growth_bytes, segment)), 4) AS last_idle_kv,
        round(max(abs(last_kv_idle - first_kv_idle)), 4) AS kv_change,
        sum(n) AS idle_windows,
-       arg_max(lifetime_source, last_end) AS lifetime_source,
+       arg_max(lifetime_source, (last_end, segment)) AS lifetime_source,
        format('GPU {} on {}: memory grew {:.0f} MiB across idle windows while KV-cache usage stayed at {:.1f} %: '
               'the leak is outside the KV cache.',
-              gpu_index, host, max(growth_bytes) / 1048576, 100 * arg_max(last_kv_idle, growth_bytes)) AS summary
+              gpu_index, host, max(growth_bytes) / 1048576, 100 * arg_max(last_kv_idle, (growth_bytes, segment))) AS summary
 FROM idle_trend
 WHERE n >= $min_windows
   AND growth_bytes >= $min_growth_mib * 1048576.0

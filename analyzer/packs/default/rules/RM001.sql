@@ -39,7 +39,7 @@ per_gpu AS (
            median(growth_bytes) FILTER (WHERE n >= $min_windows AND growth_bytes >= $min_growth_mib * 1048576.0
                                         AND up_fraction >= $min_up_fraction) AS med_growth,
            median(life_s) AS med_life_s, min(first_start) AS start, max(last_end) AS "end",
-           arg_max(lifetime_source, last_end) AS lifetime_source
+           arg_max(lifetime_source, (last_end, segment)) AS lifetime_source
     FROM seg GROUP BY ALL
 ),
 ooms AS (SELECT host, count(*) AS oom_events FROM log_events WHERE event = 'oom' GROUP BY host),
