@@ -2,12 +2,15 @@
 -- PyTorch's caching allocator holds (allocated) and has taken from the driver
 -- (reserved) in fixed bins, beside NVML's figure for the same process. A
 -- floor over a bin that contains idle moments is the persistent part.
+-- Values that should be one per group (a process's GPU, its role) are taken with
+-- min(), not any_value(): where a reused PID makes them two, the pick is the same
+-- every run.
 CREATE OR REPLACE TABLE alloc_devices AS
-SELECT a.host, a.pid, a.device, any_value(a.gpu_uuid) AS gpu_uuid,
+SELECT a.host, a.pid, a.device, min(a.gpu_uuid) AS gpu_uuid,
        coalesce(
-           any_value(u.gpu_index),
+           min(u.gpu_index),
            -- no UUID match: the process's only GPU, if NVML saw it on exactly one
-           (SELECT CASE WHEN count(DISTINCT p.gpu_index) = 1 THEN any_value(p.gpu_index) END
+           (SELECT CASE WHEN count(DISTINCT p.gpu_index) = 1 THEN min(p.gpu_index) END
               FROM gpu_lifetimes p WHERE p.host = a.host AND p.pid = a.pid)
        ) AS gpu_index
 FROM (SELECT DISTINCT host, pid, device, gpu_uuid FROM allocator_samples) a
@@ -19,7 +22,7 @@ CREATE OR REPLACE TABLE alloc_bins AS
 WITH a AS (
     SELECT host, pid, device,
            to_timestamp(floor(epoch(ts) / $alloc_bin_s) * $alloc_bin_s) AS b,
-           any_value(role) AS role,
+           min(role) AS role,
            min(allocated_bytes) AS alloc_floor,
            max(allocated_bytes) AS alloc_peak,
            min(reserved_bytes) AS reserved_floor,
@@ -54,7 +57,7 @@ WITH q AS (
            count(*) OVER (PARTITION BY host, pid, device) AS bins
     FROM alloc_bins
 )
-SELECT host, pid, device, any_value(gpu_index) AS gpu_index, any_value(role) AS role,
+SELECT host, pid, device, min(gpu_index) AS gpu_index, min(role) AS role,
        min(b) AS start, max(b) + to_seconds($alloc_bin_s) AS "end", max(bins) AS bins,
        median(alloc_floor) FILTER (WHERE quarter = 1) AS a1,
        median(alloc_floor) FILTER (WHERE quarter = 2) AS a2,
