@@ -88,6 +88,19 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
     yield force
 
 
+@pytest.fixture(scope="module")
+def pid_reuse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host's servers a week apart with the same PIDs (the simulator reuses them)."""
+    out = tmp_path_factory.mktemp("pid-reuse") / "bucket"
+    for scenario, day, seed in (
+        ("fast-image-processor-leak", 18, 4),
+        ("fast-image-processor-leak", 25, 5),
+        ("cache-warmup", 25, 6),
+    ):
+        simulate(scenario, out, hosts=1, hours=6, seed=seed, start=START.replace(day=day))
+    return out
+
+
 def _doc(bucket: Path) -> str:
     d = analyze(bucket, load_packs(), now=NOW).to_dict()
     d["run"].pop("generated_at")
@@ -125,18 +138,29 @@ def test_a_line_read_twice_is_one_row_stamped_at_its_first_read(fleet, threads) 
             con.close()
 
 
-def test_the_same_bucket_gives_the_same_document_at_any_thread_count(fleet, threads) -> None:
+def _same_document(bucket: Path, threads: Callable[[int], None]) -> dict[str, Any]:
     docs: dict[str, list[int]] = {}
     for _ in range(2):
         for n in THREADS:
             threads(n)
-            docs.setdefault(_doc(fleet), []).append(n)
+            docs.setdefault(_doc(bucket), []).append(n)
     assert len(docs) == 1, f"documents differ between runs at threads {list(docs.values())}"
-    doc = json.loads(next(iter(docs)))
-    assert doc["findings"], "the fleet must find something to compare"
+    doc: dict[str, Any] = json.loads(next(iter(docs)))
+    assert doc["findings"], "the bucket must find something to compare"
+    return doc
+
+
+def test_the_same_bucket_gives_the_same_document_at_any_thread_count(fleet, threads) -> None:
+    doc = _same_document(fleet, threads)
     # two failures at one instant: the last error is one of them, the same every time
     said = [g for g in doc["run"]["gaps"] if g.startswith("hung-server-00: source nvml failed")]
     assert len(said) == 1 and said[0].endswith(f"(last: {max(ERRORS)})"), said
+
+
+def test_a_reused_pid_gives_the_same_document_at_any_thread_count(pid_reuse, threads) -> None:
+    """A PID back a week later is another server lifetime; when it was one, the idle
+    windows' longest lifetime tied between them and the findings changed run to run."""
+    _same_document(pid_reuse, threads)
 
 
 def test_of_server_args_read_at_one_instant_the_later_line_is_the_latest() -> None:
