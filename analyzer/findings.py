@@ -54,6 +54,8 @@ class Finding:
         severity_rank(self.severity)
 
     def sort_key(self) -> tuple[Any, ...]:
+        """The document's order; total over what a finding shows first (end and summary
+        last), so no rule's row order can change a document."""
         return (
             -severity_rank(self.severity),
             self.host,
@@ -61,6 +63,8 @@ class Finding:
             self.rule_id,
             self.start or "",
             -1 if self.pid is None else self.pid,
+            self.end or "",
+            self.summary,
         )
 
 

@@ -190,3 +190,17 @@ def test_of_server_args_read_at_one_instant_the_later_line_is_the_latest() -> No
     con.execute((ROLLUP_DIR / "05_server_info.sql").read_text())
     got = con.execute("SELECT model, tp_size FROM server_info").fetchall()
     assert got == [("new-model", 2)]
+
+
+def test_findings_are_in_one_order_whatever_order_a_rule_returns_them() -> None:
+    from analyzer.findings import Finding
+
+    def finding(end: str, summary: str) -> Finding:  # alike up to the pid, as a rule's rows
+        start = "2026-11-23T00:00:00Z"
+        return Finding("GM001", "leak.gpu", "warning", "h", 0, 7, start, end, summary, {}, "")
+
+    rows = [finding("2026-11-23T02:00:00Z", "b"), finding("2026-11-23T01:00:00Z", "c")]
+    rows.append(finding("2026-11-23T02:00:00Z", "a"))
+    want = [rows[1], rows[2], rows[0]]
+    assert sorted(rows, key=Finding.sort_key) == want
+    assert sorted(reversed(rows), key=Finding.sort_key) == want
