@@ -56,17 +56,15 @@ LEFT JOIN (
     -- the lifetime that was on the GPU longest during the window (0: none known); of
     -- ones on it equally long, the one that held the most memory, then the later one
     -- (segment: the lifetime's id, unique per GPU; pid: its process id, NULL if inferred)
-    SELECT host, gpu_index, start, pick.lifetime, pick.pid, pick.lifetime_source, pick.max_used
+    SELECT p.host, p.gpu_index, p.start, l.lifetime, l.pid, l.lifetime_source, l.max_used
     FROM (
         SELECT w2.host, w2.gpu_index, w2.start,
-               arg_max({'lifetime': l.lifetime, 'pid': l.pid, 'lifetime_source': l.lifetime_source,
-                        'max_used': l.max_used},
-                       (epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)),
-                        coalesce(l.max_used, -1), l.first_ts, l.lifetime)) AS pick
+               arg_max(l.lifetime, (epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)),
+                                    coalesce(l.max_used, -1), l.first_ts, l.lifetime)) AS lifetime
         FROM w w2 JOIN gpu_lifetimes l
           ON l.host = w2.host AND l.gpu_index = w2.gpu_index AND l.first_ts < w2."end" AND l.last_ts > w2.start
         GROUP BY ALL
-    )
+    ) p JOIN gpu_lifetimes l USING (host, gpu_index, lifetime)
 ) l USING (host, gpu_index, start)
 -- a window while an inferred server was still loading (memory far below its
 -- lifetime's peak: an exited or starting server) is no baseline of that lifetime
