@@ -27,6 +27,9 @@ import pyarrow as pa
 from analyzer import tierindex
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
+from analyzer.views import raw_select
+from analyzer.views import sql_list as _sql_list
+from analyzer.views import sql_str as _sql_str
 from collector import layout
 from collector.schema import TABLES
 from collector.store import is_s3, s3_filesystem, s3_root
@@ -71,14 +74,6 @@ def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     """A relation as an Arrow table, on DuckDB 1.x and 2.x (which renamed the call)."""
     fn = getattr(rel, "to_arrow_table", None) or rel.arrow
     return fn()
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-def _sql_list(paths: list[str]) -> str:
-    return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
 
 
 def _ts(t: dt.datetime) -> str:
@@ -220,54 +215,6 @@ def open_checked(
             out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir, index
         )
     return out
-
-
-def raw_select(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    files: list[str],
-    cond: str,
-    columns_of: list[str] | None = None,
-    *,
-    alike: bool = False,
-) -> str:
-    """The ``SELECT`` of a trace table's view over ``files``: the schema's columns (NULL
-    for optional ones no file of ``columns_of``, default ``files``, has yet), one row
-    per key where the table has one. ``alike``: every file of ``columns_of`` has the same
-    Parquet schema (:func:`collector.layout.one_schema`), so DuckDB binds the view from one
-    footer instead of reconciling all of them (union_by_name), at every statement."""
-    spec = TABLES[name]
-    union = "" if alike else ", union_by_name = true"
-    src = f"read_parquet({_sql_list(files)}{union}, hive_partitioning = false)"
-    cols = ", ".join(f'"{c}"' for c in spec.columns)
-    if spec.optional:  # columns added later are NULL where no file has them yet
-        of = f"read_parquet({_sql_list(columns_of or files)}{union})"
-        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
-        cols = ", ".join(
-            f'CAST(NULL AS VARCHAR) AS "{c}"' if c in spec.optional and c not in have else f'"{c}"'
-            for c in spec.columns
-        )
-    if spec.key:
-        return _one_per_key(name, f"SELECT {cols} FROM {src}{cond}")
-    return f"SELECT {cols} FROM {src}{cond}"
-
-
-def _one_per_key(name: str, rows: str) -> str:
-    """``rows`` with one row per key of table ``name``: of rows sharing a key, the one read
-    first (least time column), ties broken by the other columns in schema order, the same at
-    any thread count (``DISTINCT ON`` keeps any one). A hash aggregate of the least row, not a
-    sort: a scan of 0.9 M log lines costs 1.1-1.7x DISTINCT ON's, DISTINCT ON ... ORDER BY 3x."""
-    spec = TABLES[name]
-    keys = ", ".join(f'"{c}"' for c in spec.key)
-    rest = sorted(
-        (c for c in spec.columns if c not in spec.key), key=lambda c: c != spec.time_column
-    )
-    row = ", ".join(f'"{c}" := "{c}"' for c in rest)
-    out = ", ".join(f'"{c}"' if c in spec.key else f'__row."{c}" AS "{c}"' for c in spec.columns)
-    return (
-        f"SELECT {out} FROM (SELECT {keys}, min(struct_pack({row})) AS __row "
-        f"FROM ({rows}) GROUP BY {keys})"
-    )
 
 
 def footer_hosts(

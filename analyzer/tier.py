@@ -234,7 +234,8 @@ def _derive(
     hashes: dict[str, str],
     src_hash: str,
 ) -> None:
-    from analyzer.bucket import raw_select, to_arrow
+    from analyzer.bucket import to_arrow
+    from analyzer.views import raw_select
     from collector.writer import write_derived
 
     con.execute(f"CREATE OR REPLACE VIEW {source} AS {raw_select(con, source, paths, '')}")

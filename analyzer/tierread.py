@@ -120,9 +120,10 @@ def attach_opened(
 ) -> TierUse | None:
     """:func:`attach` for :func:`analyzer.bucket.open_checked`: the finished host-days
     of ``out``'s views are read from the stored rollup tier where it is current."""
-    from analyzer.bucket import SAMPLED_AT_RUN, raw_select
+    from analyzer.bucket import SAMPLED_AT_RUN
     from analyzer.staging import stage as _stage
     from analyzer.staging import temp_stage as _temp_stage
+    from analyzer.views import raw_select
 
     def usable(c: layout.FileCheck) -> bool:
         lo = first_run.get(c.entry.host) if c.entry.table in SAMPLED_AT_RUN else None
