@@ -204,3 +204,44 @@ def test_findings_are_in_one_order_whatever_order_a_rule_returns_them() -> None:
     want = [rows[1], rows[2], rows[0]]
     assert sorted(rows, key=Finding.sort_key) == want
     assert sorted(reversed(rows), key=Finding.sort_key) == want
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_a_gpu_swapped_at_one_index_has_one_name(threads: int) -> None:
+    """Two cards seen at one index (a swap): gpu_info names the least name and UUID, at
+    any thread count, over raw samples and through the tier's combine step alike. The
+    least name is the one seen last, so keeping the first seen (any_value on one thread)
+    fails."""
+    from analyzer import rollup
+
+    stmt = next(
+        s
+        for s in rollup._statements((rollup.ROLLUP_DIR / "00_gpu_info.sql").read_text())
+        if "gpu_info AS" in s
+    )
+    combine = (rollup.ROLLUP_DIR / "tier" / "gpu_info.sql").read_text()
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    n = 200_000
+    con.execute(
+        f"""CREATE TABLE gpu_samples AS
+        SELECT 'h' AS host, 0 AS gpu_index,
+               TIMESTAMPTZ '2026-11-23 00:00:00+00' + to_seconds(i) AS ts,
+               CASE WHEN i < {n} / 2 THEN 'NVIDIA H200' ELSE 'NVIDIA A100' END AS gpu_name,
+               CASE WHEN i < {n} / 2 THEN 'GPU-b' ELSE 'GPU-a' END AS gpu_uuid,
+               1 AS memory_used_bytes, 2 AS memory_total_bytes
+        FROM range({n}) t(i)"""
+    )
+    con.execute(stmt)
+    assert con.execute("SELECT gpu_name, gpu_uuid FROM gpu_info").fetchall() == [
+        ("NVIDIA A100", "GPU-a")
+    ]
+    # the tier: one row per day stored (the later day's first), combined with the rest
+    con.execute("CREATE TABLE tier_gpu_info AS SELECT * FROM gpu_info")
+    con.execute("UPDATE tier_gpu_info SET gpu_name = 'NVIDIA H200', gpu_uuid = 'GPU-b'")
+    con.execute("CREATE TABLE gpu_info_rest AS SELECT * FROM gpu_info")
+    for s in rollup._statements(combine):
+        con.execute(s)
+    assert con.execute("SELECT gpu_name, gpu_uuid FROM gpu_info").fetchall() == [
+        ("NVIDIA A100", "GPU-a")
+    ]

@@ -1,10 +1,11 @@
--- One row per GPU: its name, UUID, size and when it was seen. The only
+-- One row per GPU: its name, UUID (the least, should a card be swapped at one index:
+-- the same every run), size and when it was seen. The only
 -- aggregate over raw samples that carries strings; it also sizes the buckets
 -- (rollup.build picks $bucket_s or $long_bucket_s from the span it finds).
 CREATE OR REPLACE TABLE gpu_info AS
 SELECT host, gpu_index,
-       any_value(gpu_name) AS gpu_name,
-       any_value(gpu_uuid) AS gpu_uuid,
+       min(gpu_name) AS gpu_name,
+       min(gpu_uuid) AS gpu_uuid,
        max(memory_total_bytes) AS total,
        min(ts) AS first_ts,
        max(ts) AS last_ts,

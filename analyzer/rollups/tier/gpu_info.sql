@@ -2,8 +2,8 @@
 -- rest): the same figures as one pass over every raw sample.
 CREATE OR REPLACE TABLE gpu_info AS
 SELECT host, gpu_index,
-       any_value(gpu_name) AS gpu_name,
-       any_value(gpu_uuid) AS gpu_uuid,
+       min(gpu_name) AS gpu_name,
+       min(gpu_uuid) AS gpu_uuid,
        max(total) AS total,
        min(first_ts) AS first_ts,
        max(last_ts) AS last_ts,
