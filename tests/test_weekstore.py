@@ -94,6 +94,10 @@ def test_rollup_stores_finished_weeks_and_the_page_is_the_same(bucket, analysed_
     stored = json.loads((bucket / weekstore.STORE_DIR / f"{W48}.json").read_text())
     assert stored["document"]["run"]["since"] == "2026-11-23"
     assert stored["document"]["findings"], "the week must find something to compare"
+    # the fleet part only: each GPU series' last point, no KV chart (the page draws none)
+    series = stored["document"]["series"]
+    assert series and all(len(g["t"]) == 1 and not g["idle_windows"] for g in series)
+    assert stored["document"]["kv"] == []
     before = store_state(bucket)
     r, html = fleet(bucket)
     assert sources(r) == {W48: "stored findings", W47: "stored findings"}
@@ -206,7 +210,9 @@ def test_a_corrupt_stored_document_is_a_warning(bucket, analysed_page) -> None:
     days = weekstore.week_days(W48)
     files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
     key = weekstore.week_key(files, *days, weekstore.settings(_Opts()), weekstore.code_hash())
-    path.write_text(json.dumps({"format": 1, "key": key, "document": {"run": {"x": 1}}}))
+    path.write_text(
+        json.dumps({"format": weekstore.STORE_FORMAT, "key": key, "document": {"run": {"x": 1}}})
+    )
     r, html = fleet(bucket)
     assert "stored findings unreadable" in r.stderr
     assert sources(r)[W48] == "analysed"
