@@ -39,6 +39,7 @@ from typing import Any
 
 from analyzer.findings import FINDINGS_SCHEMA_VERSION, FindingsDocument, iso_utc
 from collector import layout
+from collector.atomic import write_atomic
 from collector.schema import SCHEMA_VERSION, TABLES
 from collector.store import is_s3, s3_filesystem, s3_root
 
@@ -264,29 +265,8 @@ def save(bucket: str | os.PathLike[str], week: str, key: str, doc: FindingsDocum
         with fs.open_output_stream(path) as f:
             f.write(body)
     else:
-        _write_local(Path(path), body)
+        write_atomic(path, body)
     return path
-
-
-def _write_local(path: Path, body: bytes) -> None:
-    """A temporary file in the same folder, renamed over ``path``: a reader sees the old
-    document or the new one. Readable as the bucket's other files are (the umask)."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{layout.TMP_PREFIX}{path.stem}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 
@@ -22,7 +22,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # created like open() would (0666 less the umask: readable by whoever reads the bucket),
+    # not mkstemp's 0600; under a fresh random name, so no writer ever opens another's
+    tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)

@@ -507,3 +507,21 @@ def test_oom_clock_counts_from_the_gpus_own_data_end(sim_doc) -> None:
             assert want.strftime("%m-%d %H:%M UTC") in chart.note, (chart.note, row.oom_at)
             checked += 1
     assert checked >= 3
+
+
+def test_write_atomic_makes_files_as_open_would(tmp_path) -> None:
+    """0666 less the umask (readable by the bucket's other readers), not mkstemp's 0600;
+    no temporary file left beside it."""
+    import os
+
+    from collector.atomic import write_atomic
+
+    mask = os.umask(0o022)
+    try:
+        p = write_atomic(tmp_path / "sub" / "x.json", "{}")
+        assert p.read_text() == "{}" and p.stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        assert write_atomic(tmp_path / "y", b"1").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(mask)
+    assert sorted(f.name for f in tmp_path.rglob("*")) == ["sub", "x.json", "y"]
