@@ -33,6 +33,7 @@ from typing import Any
 
 from collector import layout
 from collector.schema import TABLES
+from collector.store import read_small, write_small
 
 INDEX_FORMAT = 2
 INDEX_PATH = "tier_index/footers.json"
@@ -140,17 +141,12 @@ def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -
     idx = Index(root, fs)
     where = _location(root, fs)
     try:
-        if fs is not None:
-            with fs.open_input_stream(where) as f:
-                data = f.read()
-        else:
-            with open(where, "rb") as fh:
-                data = fh.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return idx
-    except OSError as e:  # pyarrow's S3 says "not found" as an OSError too
-        if "not found" not in str(e).lower() and "nosuchkey" not in str(e).lower() and warn:
+        data = read_small(where, fs)
+    except OSError as e:
+        if warn:
             warn(f"tier index {where}: unreadable ({e}); footers are read instead")
+        return idx
+    if data is None:
         return idx
     try:
         doc = json.loads(data)
@@ -188,14 +184,7 @@ def save(idx: Index, keep: Callable[[str], bool]) -> int:
     }
     data = json.dumps(doc, separators=(",", ":")).encode()
     where = _location(idx.root, idx.fs)
-    if idx.fs is None:
-        from collector.atomic import write_atomic
-
-        write_atomic(where, data)
-        os.chmod(where, 0o644)  # readable like the bucket's files, not only by its writer
-    else:  # one PUT: readers see the old object or the new one
-        with idx.fs.open_output_stream(where) as f:
-            f.write(data)
+    write_small(where, data, idx.fs)  # readable like the bucket's files (the umask)
     return len(doc["raw"]) + len(doc["tier"])
 
 

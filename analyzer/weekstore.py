@@ -39,9 +39,8 @@ from typing import Any
 
 from analyzer.findings import FINDINGS_SCHEMA_VERSION, FindingsDocument, iso_utc
 from collector import layout
-from collector.atomic import write_atomic
 from collector.schema import SCHEMA_VERSION, TABLES
-from collector.store import is_s3, s3_filesystem, s3_root
+from collector.store import is_s3, read_small, s3_filesystem, s3_root, write_small
 
 STORE_DIR = "_week_findings"  # not a trace table: see the module docstring
 STORE_FORMAT = 2  # 2: the fleet part only (fleet_part)
@@ -207,17 +206,11 @@ def load(bucket: str | os.PathLike[str], week: str, key: str, warn: Say) -> Find
     root, fs = _root(bucket)
     path = store_path(root, week)
     try:
-        if fs is not None:
-            with fs.open_input_stream(path) as f:
-                raw = f.read()
-        else:
-            raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # S3 says "not found" as an OSError too
-        if "not found" in str(e).lower() or "no such" in str(e).lower():
-            return None
+        raw = read_small(path, fs)
+    except OSError as e:
         warn(f"leakreport: warning: {path}: cannot read the stored findings ({e}); analysing")
+        return None
+    if raw is None:
         return None
     try:
         data = json.loads(raw)
@@ -261,11 +254,7 @@ def save(bucket: str | os.PathLike[str], week: str, key: str, doc: FindingsDocum
         },
         separators=(",", ":"),
     ).encode()
-    if fs is not None:
-        with fs.open_output_stream(path) as f:
-            f.write(body)
-    else:
-        write_atomic(path, body)
+    write_small(path, body, fs)
     return path
 
 

@@ -37,3 +37,40 @@ def s3_filesystem() -> Any:
 def s3_root(bucket: str) -> str:
     """'s3://name/prefix/' -> 'name/prefix' (pyarrow's path form)."""
     return str(bucket)[len("s3://") :].strip("/")
+
+
+def _absent(e: OSError) -> bool:
+    """An error that only says the file or object is not there (pyarrow's S3 says it as
+    an OSError whose text names it, not always as FileNotFoundError)."""
+    if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+        return True
+    text = str(e).lower()
+    return any(s in text for s in ("not found", "nosuchkey", "no such"))
+
+
+def read_small(path: str, fs: Any = None) -> bytes | None:
+    """A small file of the bucket (an index, a stored document) whole: ``path`` is local,
+    or a key of ``fs`` (pyarrow's S3 filesystem). None when it is not there; OSError for
+    any other failure."""
+    try:
+        if fs is not None:
+            with fs.open_input_stream(path) as f:
+                return bytes(f.read())
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as e:
+        if _absent(e):
+            return None
+        raise
+
+
+def write_small(path: str, data: bytes, fs: Any = None) -> None:
+    """Write a small file of the bucket so a reader sees the old content or the new:
+    locally a temporary file renamed over it (collector.atomic), on S3 one PUT."""
+    if fs is None:
+        from collector.atomic import write_atomic
+
+        write_atomic(path, data)
+        return
+    with fs.open_output_stream(path) as f:
+        f.write(data)
