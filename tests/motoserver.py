@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -71,3 +72,20 @@ def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def s3_environ(bucket: str) -> Iterator[dict[str, str]]:
+    """:func:`moto_s3` with its AWS_* variables set in ``os.environ`` (child processes
+    inherit them), put back as they were on exit."""
+    with moto_s3(bucket) as env:
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield env
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

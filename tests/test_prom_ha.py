@@ -9,7 +9,6 @@ analyzer the verdicts the native tables give. The S3 part uses moto's server.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from motoserver import MOTO, moto_s3
+from motoserver import MOTO, s3_environ
 from test_prometheus import _analyze, _import, _rows, _verdicts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,30 +91,21 @@ def test_without_dedup_the_replicas_would_double(ha: dict[str, Any]) -> None:
 def s3_env() -> Iterator[dict[str, str]]:
     if MOTO is None:
         pytest.skip("moto[server] missing")
-    with moto_s3("leaktraces") as env:
+    with s3_environ("leaktraces") as env:  # the CLI child inherits them
         yield env
 
 
 def test_overlap_guard_on_an_s3_bucket(ha: dict[str, Any], s3_env: dict[str, str]) -> None:
-    old = {k: os.environ.get(k) for k in s3_env}
-    os.environ.update(s3_env)  # the CLI child inherits them
-    try:
-        b = "s3://leaktraces/prom"
-        first = _import(ha["url"], b, start=START, end="2026-11-23T01:00:00Z")
-        assert first.returncode == 0, first.stderr
-        again = _import(ha["url"], b, start="2026-11-23T00:30:00Z", end="2026-11-23T02:00:00Z")
-        assert again.returncode == 2, again.stderr
-        assert again.stderr.count("\n") == 1 and "already holds" in again.stderr
-        later = _import(ha["url"], b, start="2026-11-23T01:00:10Z", end="2026-11-23T02:00:00Z")
-        assert later.returncode == 0, later.stderr
-        # another host of the same window is welcome
-        other = _import(ha["url"], "s3://leaktraces/other", "--host", "cache-warmup-00")
-        assert other.returncode == 0, other.stderr
-        again = _import(ha["url"], "s3://leaktraces/other", "--host", "latency-pressure-00")
-        assert again.returncode == 0, again.stderr
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    b = "s3://leaktraces/prom"
+    first = _import(ha["url"], b, start=START, end="2026-11-23T01:00:00Z")
+    assert first.returncode == 0, first.stderr
+    again = _import(ha["url"], b, start="2026-11-23T00:30:00Z", end="2026-11-23T02:00:00Z")
+    assert again.returncode == 2, again.stderr
+    assert again.stderr.count("\n") == 1 and "already holds" in again.stderr
+    later = _import(ha["url"], b, start="2026-11-23T01:00:10Z", end="2026-11-23T02:00:00Z")
+    assert later.returncode == 0, later.stderr
+    # another host of the same window is welcome
+    other = _import(ha["url"], "s3://leaktraces/other", "--host", "cache-warmup-00")
+    assert other.returncode == 0, other.stderr
+    again = _import(ha["url"], "s3://leaktraces/other", "--host", "latency-pressure-00")
+    assert again.returncode == 0, again.stderr

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from motoserver import MOTO, free_port, moto_s3
+from motoserver import MOTO, free_port, s3_environ
 
 from analyzer.bucket import Scope
 from analyzer.packs import load_packs
@@ -22,17 +22,8 @@ pytestmark = pytest.mark.skipif(MOTO is None, reason="moto[server] missing")
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    with moto_s3("leaktraces") as env:
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            yield env
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with s3_environ("leaktraces") as env:
+        yield env
 
 
 def _comparable(doc, files: bool = True) -> str:

@@ -396,15 +396,13 @@ def test_a_damaged_or_foreign_index_is_ignored(bucket, monkeypatch, damage) -> N
 
 def test_the_index_on_s3(tmp_path, monkeypatch) -> None:
     """S3 keys the index by each object's size and LastModified from the one listing."""
-    from motoserver import MOTO, moto_s3
+    from motoserver import MOTO, s3_environ
 
     from collector.store import s3_filesystem
 
     if MOTO is None:
         pytest.skip("moto[server] missing")
-    with moto_s3("leaktraces") as env:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
+    with s3_environ("leaktraces"):
         bucket = "s3://leaktraces/indexed"
         simulate("cache-warmup", bucket, hosts=1, hours=30, seed=5, start=START)
         said: list[str] = []

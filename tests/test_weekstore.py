@@ -261,18 +261,16 @@ def test_a_week_with_quarantined_rows_is_not_stored(bucket) -> None:
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
 
 
-def test_on_s3(tmp_path, monkeypatch) -> None:
+def test_on_s3(tmp_path) -> None:
     """The same on an S3 bucket: stored by one put, listed by key, size and LastModified."""
-    from motoserver import MOTO, moto_s3
+    from motoserver import MOTO, s3_environ
 
     if MOTO is None:
         pytest.skip("moto[server] missing")
     from collector.store import s3_filesystem
     from simulator.generate import simulate
 
-    with moto_s3("weeks") as env:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
+    with s3_environ("weeks"):
         bucket = "s3://weeks/traces"
         start = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
         simulate("fast-image-processor-leak", bucket, hosts=1, hours=3, seed=5, start=start)
