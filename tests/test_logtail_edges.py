@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+from pathlib import Path
 
 from collector import logtail
 from collector.logtail import MAX_LINE, tail
@@ -27,6 +28,17 @@ def _add(path, text: str) -> None:
 def _cur(res: logtail.TailResult) -> logtail.Cursor:
     assert res.cursor is not None
     return res.cursor
+
+
+def _rotated_once(tmp_path: Path) -> tuple[Path, logtail.Cursor, logtail.Cursor]:
+    """server.log with line 0 read (cursor c1), renamed to server.log.1, line 1 written to
+    a new server.log and read (cursor c2, watching the renamed file)."""
+    log = tmp_path / "server.log"
+    log.write_text(_lines(0, 1))
+    c1 = _cur(tail(str(log), None, NOW, "h"))
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text(_lines(1, 2))
+    return log, c1, _cur(tail(str(log), c1, NOW, "h"))
 
 
 def _texts(res) -> list[str]:
@@ -166,14 +178,8 @@ def test_an_old_file_read_to_its_end_is_found_and_needs_no_note(tmp_path) -> Non
 
 
 def test_watched_files_stay_watched_and_prev_cursors_still_work(tmp_path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text(_lines(0, 1))
-    c1 = _cur(tail(str(log), None, NOW, "h"))
-    a = log.stat().st_ino
-    os.rename(log, tmp_path / "server.log.1")
-    log.write_text(_lines(1, 2))
-    c2 = _cur(tail(str(log), c1, NOW, "h"))
-    b = log.stat().st_ino
+    log, _c1, c2 = _rotated_once(tmp_path)
+    a, b = (tmp_path / "server.log.1").stat().st_ino, log.stat().st_ino
     assert [w["inode"] for w in c2["watch"]] == [a]
     # a cursor saved before "watch" named its one rotated file "prev"
     prev = {k: v for k, v in c2.items() if k != "watch"} | {"prev": c2["watch"][0]}
@@ -274,12 +280,7 @@ def test_a_budget_spent_inside_a_rotated_file_resumes_in_that_file(tmp_path) -> 
 def test_a_watched_file_that_is_gone_is_forgotten_even_if_a_copy_is_left(tmp_path) -> None:
     import shutil
 
-    log = tmp_path / "server.log"
-    log.write_text(_lines(0, 1))
-    c1 = _cur(tail(str(log), None, NOW, "h"))
-    os.rename(log, tmp_path / "server.log.1")
-    log.write_text(_lines(1, 2))
-    c2 = _cur(tail(str(log), c1, NOW, "h"))
+    log, _c1, c2 = _rotated_once(tmp_path)
     assert len(c2["watch"]) == 1
     shutil.copy(tmp_path / "server.log.1", tmp_path / "server.log-copy")
     os.unlink(tmp_path / "server.log.1")
@@ -290,12 +291,7 @@ def test_a_watched_file_that_is_gone_is_forgotten_even_if_a_copy_is_left(tmp_pat
 
 def test_a_truncation_during_the_read_keeps_the_rows_of_rotated_files(tmp_path, monkeypatch):
     """copytruncate lands while the live file is read, after a watched file gave rows."""
-    log = tmp_path / "server.log"
-    log.write_text(_lines(0, 1))
-    c1 = _cur(tail(str(log), None, NOW, "h"))
-    os.rename(log, tmp_path / "server.log.1")
-    log.write_text(_lines(1, 2))
-    c2 = _cur(tail(str(log), c1, NOW, "h"))
+    log, _c1, c2 = _rotated_once(tmp_path)
     _add(tmp_path / "server.log.1", _lines(10, 11))  # late, to the renamed file
     _add(log, _lines(2, 4))
     real = logtail._Reader.read
