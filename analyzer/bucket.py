@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from analyzer import tierindex
+from analyzer.findings import QUARANTINED
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
 from analyzer.views import raw_select
@@ -340,7 +341,7 @@ def _count_quarantined(
         f"SELECT host, count(*), min(ts), max(ts) FROM {src} WHERE {where} GROUP BY host ORDER BY host"
     ).fetchall()
     return [
-        f"{h}: {n} {name} row(s) quarantined, stamped {_iso(a)} to {_iso(b)}: more than "
+        f"{h}: {n} {name}{QUARANTINED}{_iso(a)} to {_iso(b)}: more than "
         f"{int(FUTURE_MARGIN.total_seconds() // 60)} min after the analysis time or before the "
         "host's first collector run; not used for trends or thresholds"
         for h, n, a, b in rows

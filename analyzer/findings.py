@@ -32,6 +32,11 @@ def iso_utc(v: Any) -> str | None:
     return str(v)
 
 
+# the words of a data-gap line that says rows were quarantined (analyzer.bucket writes
+# them; the week store refuses a week that has one)
+QUARANTINED = " row(s) quarantined, stamped "
+
+
 @dataclass
 class Finding:
     rule_id: str

@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyzer.findings import FINDINGS_SCHEMA_VERSION, FindingsDocument, iso_utc
+from analyzer.findings import FINDINGS_SCHEMA_VERSION, QUARANTINED, FindingsDocument, iso_utc
 from collector import layout
 from collector.schema import SCHEMA_VERSION, TABLES
 from collector.store import is_s3, read_small, s3_filesystem, s3_root, write_small
 
 STORE_DIR = "_week_findings"  # not a trace table: see the module docstring
 STORE_FORMAT = 2  # 2: the fleet part only (fleet_part)
-QUARANTINE_MARK = " row(s) quarantined, stamped "  # analyzer.bucket's quarantine lines
 _ANALYZER = Path(__file__).resolve().parent
 _CODE = (
     _ANALYZER.parent / "collector" / "schema.py",
@@ -194,7 +193,7 @@ def clean(doc: FindingsDocument) -> str | None:
     reasons = doc.incomplete_reasons()
     if reasons:
         return reasons[0]
-    quarantined = [g for g in doc.run.gaps if QUARANTINE_MARK in g]
+    quarantined = [g for g in doc.run.gaps if QUARANTINED in g]
     if quarantined:
         return quarantined[0]
     return None
