@@ -95,6 +95,14 @@ def _root(bucket: str | os.PathLike[str]) -> tuple[str, Any]:
     return os.path.abspath(bucket), None
 
 
+def _stat(path: str, fs: Any) -> tuple[int, int]:
+    if fs is None:
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    info = fs.get_file_info(path)
+    return int(info.size or 0), int(info.mtime_ns or 0)
+
+
 def raw_files(
     bucket: str | os.PathLike[str], date_ok: layout.DateOk, fs: Any = None
 ) -> list[RawFile]:
@@ -102,23 +110,13 @@ def raw_files(
     root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
     out: list[RawFile] = []
     for table in TABLES:
-        if fs is not None:
-            from pyarrow.fs import FileSelector, FileType
-
-            base = f"{root}/{table}"
-            for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
-                p = layout.parse(info.path) if info.type == FileType.File else None
-                if p and p[0] == table and date_ok(p[1]):
-                    rel = info.path[len(root) :].lstrip("/")
-                    out.append(RawFile(table, rel, int(info.size), int(info.mtime_ns or 0), p[1]))
-            continue
-        for e in layout.list_entries(root, table, None, date_ok):
-            try:
-                st = os.stat(e.path)
+        for e in layout.list_entries(root, table, fs, date_ok):
+            try:  # S3's listing gave size and mtime; a local file (or an S3 object without) asks
+                size, mtime = e.stamp or _stat(e.path, fs)
             except OSError:
                 continue  # gone since the listing (compaction): the analysis will not see it
-            rel = e.path[len(root) + 1 :].replace(os.sep, "/")  # listed under root
-            out.append(RawFile(table, rel, st.st_size, st.st_mtime_ns, e.day))
+            rel = e.path[len(root) :].lstrip("/").replace(os.sep, "/")  # listed under root
+            out.append(RawFile(table, rel, size, mtime, e.day))
     return out
 
 
