@@ -27,16 +27,21 @@ FROM f;
 -- requests (the last activity reading, when fresh), lasting at least
 -- $min_idle_s. Their median memory is the idle baseline.
 CREATE OR REPLACE TABLE idle_windows AS
-WITH s AS (
+WITH kv AS (
+    -- the host's peak KV-cache usage per bucket (a window is whole buckets)
+    SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi, max(kv_usage) AS kv
+    FROM kv_usage GROUP BY ALL
+),
+s AS (
     -- idle buckets only; consecutive bucket numbers form one window (a data gap ends it)
-    SELECT g.*, g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
-    FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi)
+    SELECT g.*, k.kv, g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
+    FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi) LEFT JOIN kv k USING (host, bi)
     WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0
 ),
 w AS (
     SELECT host, gpu_index, min(b) AS start, max(b_end) AS "end", count(*) AS buckets,
            median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
-           max(total) AS total
+           max(total) AS total, max(kv) AS kv_idle
     FROM s
     GROUP BY host, gpu_index, grp
     HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
@@ -46,11 +51,9 @@ wr AS (
     SELECT w.*, r.cum_requests
     FROM w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
 )
-SELECT w.* EXCLUDE (cum_requests),
+SELECT w.* EXCLUDE (kv_idle, cum_requests),
        coalesce(l.lifetime, 0) AS segment, l.pid, coalesce(l.lifetime_source, 'none') AS lifetime_source,
-       (SELECT max(k.kv_usage) FROM kv_usage k
-         WHERE k.host = w.host AND k.ts >= w.start AND k.ts < w."end") AS kv_idle,
-       w.cum_requests
+       w.kv_idle, w.cum_requests
 FROM wr w
 LEFT JOIN (
     -- the lifetime that was on the GPU longest during the window (0: none known); of
