@@ -6,53 +6,70 @@ The collector keeps raw lines; parsing happens here with the same parser as
 
 from __future__ import annotations
 
-import duckdb
-import polars as pl
+from typing import TYPE_CHECKING
 
-from analyzer import logparse
+import duckdb
+
 from analyzer.bucket import to_arrow
 
-# Column types of log_events (fields of every event type, nullable).
-COLUMNS: dict[str, pl.DataType] = {
-    "host": pl.String(),
-    "ts": pl.Datetime("us", "UTC"),
-    "file": pl.String(),
-    "offset": pl.Int64(),
-    "event": pl.String(),
-    "engine": pl.String(),
-    "line_ts": pl.String(),
-    "text": pl.String(),
-    "running_reqs": pl.Int64(),
-    "queue_reqs": pl.Int64(),
-    "kv_usage_ratio": pl.Float64(),
-    "gen_throughput": pl.Float64(),
-    "num_tokens": pl.Int64(),
-    "pool": pl.String(),
-    "available_size": pl.Int64(),
-    "max_total_num_tokens": pl.Int64(),
-    "evictable_size": pl.Int64(),
-    "protected_size": pl.Int64(),
-    "tried_bytes": pl.Int64(),
-    "gpu": pl.Int64(),
-    "total_bytes": pl.Int64(),
-    "free_bytes": pl.Int64(),
-    "allocated_bytes": pl.Int64(),
-    "reserved_bytes": pl.Int64(),
-    "cached_bytes": pl.Int64(),
-    "mem_fraction_static": pl.Float64(),
-    "disable_fast_image_processor": pl.Boolean(),
-    "model_path": pl.String(),
-    "tp_size": pl.Int64(),
-    "gpu_memory_utilization": pl.Float64(),
-    "max_model_len": pl.Int64(),
-    "enforce_eager": pl.Boolean(),
-    "enabled": pl.Boolean(),
-    "version": pl.String(),
-    "kv_tokens": pl.Int64(),
-    "gpu_blocks": pl.Int64(),
-    "kv_cache_bytes": pl.Int64(),
-    "max_concurrency": pl.Float64(),
+if TYPE_CHECKING:  # polars (and the parser) load only when there are lines to parse
+    import polars as pl
+
+# Column types of log_events (fields of every event type, nullable), as DuckDB types.
+COLUMNS: dict[str, str] = {
+    "host": "VARCHAR",
+    "ts": "TIMESTAMPTZ",
+    "file": "VARCHAR",
+    "offset": "BIGINT",
+    "event": "VARCHAR",
+    "engine": "VARCHAR",
+    "line_ts": "VARCHAR",
+    "text": "VARCHAR",
+    "running_reqs": "BIGINT",
+    "queue_reqs": "BIGINT",
+    "kv_usage_ratio": "DOUBLE",
+    "gen_throughput": "DOUBLE",
+    "num_tokens": "BIGINT",
+    "pool": "VARCHAR",
+    "available_size": "BIGINT",
+    "max_total_num_tokens": "BIGINT",
+    "evictable_size": "BIGINT",
+    "protected_size": "BIGINT",
+    "tried_bytes": "BIGINT",
+    "gpu": "BIGINT",
+    "total_bytes": "BIGINT",
+    "free_bytes": "BIGINT",
+    "allocated_bytes": "BIGINT",
+    "reserved_bytes": "BIGINT",
+    "cached_bytes": "BIGINT",
+    "mem_fraction_static": "DOUBLE",
+    "disable_fast_image_processor": "BOOLEAN",
+    "model_path": "VARCHAR",
+    "tp_size": "BIGINT",
+    "gpu_memory_utilization": "DOUBLE",
+    "max_model_len": "BIGINT",
+    "enforce_eager": "BOOLEAN",
+    "enabled": "BOOLEAN",
+    "version": "VARCHAR",
+    "kv_tokens": "BIGINT",
+    "gpu_blocks": "BIGINT",
+    "kv_cache_bytes": "BIGINT",
+    "max_concurrency": "DOUBLE",
 }
+
+
+def polars_columns() -> dict[str, pl.DataType]:
+    """:data:`COLUMNS` as polars types."""
+    import polars as pl
+
+    types: dict[str, pl.DataType] = {
+        "VARCHAR": pl.String(),
+        "TIMESTAMPTZ": pl.Datetime("us", "UTC"),
+        "BIGINT": pl.Int64(),
+        "DOUBLE": pl.Float64(),
+        "BOOLEAN": pl.Boolean(),
+    }
+    return {c: types[t] for c, t in COLUMNS.items()}
 
 
 def _with_gaps(raw: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
@@ -60,6 +77,8 @@ def _with_gaps(raw: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     dropped, so the parser joins only lines that were adjacent in the file (a wrapped
     record), never two kept lines that had others between them. Returns the text and,
     per kept row, its 1-based line number in that text."""
+    import polars as pl
+
     size = pl.col("text").str.len_bytes()
     adjacent = (
         (pl.col("host") == pl.col("host").shift(1))
@@ -79,6 +98,15 @@ def _with_gaps(raw: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
 
 def build(con: duckdb.DuckDBPyConnection) -> int:
     """Create ``log_events``; returns its row count."""
+    if not con.execute("SELECT 1 FROM log_lines LIMIT 1").fetchall():
+        cols = ", ".join(f'"{c}" {t}' for c, t in COLUMNS.items())
+        con.execute(f"CREATE OR REPLACE TABLE log_events ({cols})")
+        con.execute(_SERVER_INFO)
+        return 0
+    import polars as pl
+
+    from analyzer import logparse
+
     raw = pl.from_arrow(
         to_arrow(
             con.sql(
@@ -104,7 +132,7 @@ def build(con: duckdb.DuckDBPyConnection) -> int:
                 if c in frame.columns
                 else pl.Series(c, [None] * frame.height, dtype=t)
             )
-            for c, t in COLUMNS.items()
+            for c, t in polars_columns().items()
         }
     )
     con.register("__log_events", out.to_arrow())

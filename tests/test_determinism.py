@@ -182,7 +182,11 @@ def test_of_server_args_read_at_one_instant_the_later_line_is_the_latest() -> No
         for off, model, tp in ((100, "old-model", 1), (900, "new-model", 2))
     ]
     events = pl.DataFrame(rows).with_columns(
-        *(pl.lit(None, dtype=d).alias(c) for c, d in logevents.COLUMNS.items() if c not in rows[0])
+        *(
+            pl.lit(None, dtype=d).alias(c)
+            for c, d in logevents.polars_columns().items()
+            if c not in rows[0]
+        )
     )
     con.register("events", events.select(list(logevents.COLUMNS)).to_arrow())
     con.execute("CREATE TABLE log_events AS SELECT * FROM events")
@@ -237,8 +241,8 @@ def test_a_gpu_swapped_at_one_index_has_one_name(threads: int) -> None:
         ("NVIDIA A100", "GPU-a")
     ]
     # the tier: one row per day stored (the later day's first), combined with the rest
-    con.execute("CREATE TABLE tier_gpu_info AS SELECT * FROM gpu_info")
-    con.execute("UPDATE tier_gpu_info SET gpu_name = 'NVIDIA H200', gpu_uuid = 'GPU-b'")
+    con.execute("CREATE TABLE tier_rows AS SELECT * FROM gpu_info")
+    con.execute("UPDATE tier_rows SET gpu_name = 'NVIDIA H200', gpu_uuid = 'GPU-b'")
     con.execute("CREATE TABLE gpu_info_rest AS SELECT * FROM gpu_info")
     for s in rollup._statements(combine):
         con.execute(s)
