@@ -2,10 +2,8 @@
 
 ``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very ones the
 analysis runs) over one host-day's raw files at a time and stores their results in the bucket
-layout: ``tier_gpu_info``, ``tier_gpu_buckets`` and ``tier_gpu_buckets_coarse`` (per minute
-and per five minutes, from ``gpu_samples``), ``tier_metric_norm`` (``metric_samples``),
-``tier_proc_bins`` (``gpu_processes``), grouped by keys within a day. An analysis reads the
-widest one that serves its bucket width, as stored or regrouped into wider buckets.
+layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``), ``tier_metric_norm``
+(``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), grouped by keys within a day.
 
 Each file records the hash of its SQL (with the parameter values it used, the schema version
 and tier format) and of the raw files it was made from. An analysis reads a host-day from the
@@ -40,13 +38,9 @@ TIER_FORMAT = 2
 TIERS: dict[str, tuple[str, str]] = {
     "tier_gpu_info": ("gpu_info", "gpu_samples"),
     "tier_gpu_buckets": ("gpu_buckets", "gpu_samples"),
-    "tier_gpu_buckets_coarse": ("gpu_buckets", "gpu_samples"),
     "tier_metric_norm": ("metric_norm", "metric_samples"),
     "tier_proc_bins": ("proc_bins", "gpu_processes"),
 }
-# the parameter that sets a tier table's bucket width (the others': long_bucket_s): an
-# analysis past coarse_span_d reads five-minute buckets, not five times as many minutes
-WIDTH_PARAM = {"tier_gpu_buckets_coarse": "coarse_bucket_s"}
 SOURCES = tuple(sorted({s for _t, s in TIERS.values()}))
 HASH_KEY = b"leakreport.tier_sql_hash"
 SOURCES_KEY = b"leakreport.tier_sources"
@@ -75,18 +69,12 @@ def build_params(width: float) -> dict[str, Any]:
     return {**rollup.DEFAULTS, "bucket_s": width}
 
 
-def tier_width(tier_table: str, overrides: dict[str, Any] | None = None) -> float:
-    """The bucket width ``tier_table`` is derived with."""
-    key = WIDTH_PARAM.get(tier_table, "long_bucket_s")
-    return float({**rollup.DEFAULTS, **(overrides or {})}[key])
-
-
-def sql_hash(tier_table: str, overrides: dict[str, Any] | None = None) -> str:
+def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
     """What makes one tier table's file current: its statement, the parameter values it
     uses, how tier and raw combine, the schema version and the tier format."""
     table, source = TIERS[tier_table]
     stmt = statements()[table]
-    params = build_params(tier_width(tier_table, overrides))
+    params = build_params(width)
     used = ",".join(f"{k}={params[k]!r}" for k in sorted(referenced_params(stmt)))
     h = hashlib.sha256(f"{TIER_FORMAT}/{SCHEMA_VERSION}/{source}/{used}\n{stmt}\n".encode())
     h.update((COMBINE_DIR / f"{table}.sql").read_bytes())
@@ -102,6 +90,10 @@ class Result:
     built: int = 0  # host-days derived and written (one table or more)
     current: int = 0  # host-days whose tier was already current
     skipped: list[str] | None = None  # raw files left out (do not match the schema)
+
+
+def _width(overrides: dict[str, Any] | None) -> float:
+    return float({**rollup.DEFAULTS, **(overrides or {})}["long_bucket_s"])
 
 
 def _tier_meta(entry: layout.Entry, fs: Any) -> tierindex.TierMeta:
@@ -125,14 +117,14 @@ def current_tier(
     fs: Any,
     date_ok: layout.DateOk,
     host_ok: layout.HostOk,
-    overrides: dict[str, Any] | None = None,
+    width: float,
     index: tierindex.Index | None = None,
 ) -> Current:
     """(day, host folder) -> tier table -> (file, sources hash), for files made by the current
     SQL. ``index``: hashes stored by :func:`tierindex.refresh`, used where the file is the same."""
     out: Current = {}
     entries = [e for t in TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
-    want = {t: sql_hash(t, overrides) for t in TIERS}
+    want = {t: sql_hash(width, t) for t in TIERS}
     if index is not None:
         metas = index.tier_meta(entries, lambda e: _tier_meta(e, fs))
     elif fs is None:  # local footers: one after the other beats a thread pool (0.05 s vs 0.10 s)
@@ -171,11 +163,12 @@ def build(
     before = before or dt.datetime.now(dt.UTC).date()
     fs = s3_filesystem() if is_s3(bucket) else None
     root = s3_root(str(bucket)) if fs is not None else str(bucket)
+    width = _width(overrides)
     stmts = statements()
-    hashes = {t: sql_hash(t, overrides) for t in TIERS}
+    hashes = {t: sql_hash(width, t) for t in TIERS}
     res = Result(skipped=[])
     index = tierindex.load(root, fs, progress)
-    have = current_tier(root, fs, lambda d: d < before, lambda _h: True, overrides, index)
+    have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
     built: set[tuple[dt.date, str]] = set()
     seen: set[tuple[dt.date, str]] = set()
     con = duckdb.connect()  # one for every host-day: a new one costs ~30 ms
@@ -196,7 +189,7 @@ def build(
             paths = [c.entry.path for c in good]
             if fs is not None:
                 paths = _stage(fs, paths, stage)
-            _derive(con, bucket, source, day, host_dir, paths, stmts, overrides, hashes, src_hash)
+            _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
             built.add((day, host_dir))
             _delete_old(root, fs, source, day, host_dir, hashes, src_hash)
             if progress:
@@ -237,7 +230,7 @@ def _derive(
     host_dir: str,
     paths: list[str],
     stmts: dict[str, str],
-    overrides: dict[str, Any] | None,
+    width: float,
     hashes: dict[str, str],
     src_hash: str,
 ) -> None:
@@ -246,11 +239,10 @@ def _derive(
     from collector.writer import write_derived
 
     con.execute(f"CREATE OR REPLACE VIEW {source} AS {raw_select(con, source, paths, '')}")
+    params = build_params(width)
     for tier_table in _of(source):
         table = TIERS[tier_table][0]
         stmt = stmts[table]
-        width = tier_width(tier_table, overrides)
-        params = build_params(width)
         refs = referenced_params(stmt)
         con.execute(stmt, {k: params[k] for k in refs} if refs else None)
         data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
@@ -267,11 +259,10 @@ class TierUse:
     """The tier an analysis reads: views tier_* over the stored files, and ``<source>_rest``
     over the raw files of the host-days the tier does not cover."""
 
-    widths: dict[str, float]  # tier table -> its bucket width
+    width: float
     host_days: int  # read from the tier (every source table of them)
     raw_host_days: int  # derived from raw samples (one source table or more)
     tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
-    tiers: set[str] = field(default_factory=set)  # the tier tables read (views tier_*)
 
 
 def regroups(width: float, wanted: float, table: str) -> bool:
@@ -287,22 +278,6 @@ def regroups(width: float, wanted: float, table: str) -> bool:
     )
 
 
-def _choose(
-    use: TierUse, table: str, refs: list[str], params: dict[str, Any]
-) -> tuple[str, Path] | None:
-    """The tier table to read ``table`` from, and how: as stored (its parameters are the
-    analysis's) or regrouped into wider buckets; the widest that serves. None: none does."""
-    mine = sorted((t for t in use.tiers if TIERS[t][0] == table), key=lambda t: -use.widths[t])
-    for t in mine:
-        made = build_params(use.widths[t])
-        differ = {k for k in refs if float(params[k]) != float(made[k])}
-        if not differ:
-            return t, COMBINE_DIR / f"{table}.sql"
-        if differ == {"bucket_s"} and regroups(use.widths[t], float(params["bucket_s"]), table):
-            return t, COMBINE_DIR / f"{table}_regroup.sql"
-    return None
-
-
 def rollup_with_tier(
     con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any], use: TierUse
 ) -> bool:
@@ -312,11 +287,14 @@ def rollup_with_tier(
         if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
             continue
         source = next(s for t, s in TIERS.values() if t == table)
+        made = build_params(use.width)
         refs = referenced_params(stmt)
-        chosen = _choose(use, table, refs, params)
-        if chosen is None:
+        combine = COMBINE_DIR / f"{table}.sql"
+        differ = {k for k in refs if float(params[k]) != float(made[k])}
+        if differ == {"bucket_s"} and regroups(use.width, float(params["bucket_s"]), table):
+            combine = COMBINE_DIR / f"{table}_regroup.sql"  # wider buckets from the tier's
+        elif differ:
             return False  # the analysis runs with other parameters: raw samples only
-        tier_table, combine = chosen
         if f"FROM {source}\n" not in stmt:
             return False
         rest = stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1).replace(
@@ -325,8 +303,7 @@ def rollup_with_tier(
         con.execute(rest, {k: params[k] for k in refs} if refs else None)
         # rows come in no particular order either way: not keeping it is a third cheaper
         con.execute("SET preserve_insertion_order = false")
-        given = {**params, "tier_bucket_s": use.widths[tier_table]}
-        con.execute(f"CREATE OR REPLACE TEMP VIEW tier_rows AS SELECT * FROM {tier_table}")
+        given = {**params, "tier_bucket_s": use.width}
         try:
             for s in rollup._statements(combine.read_text("utf-8")):
                 used = referenced_params(s)

@@ -21,9 +21,9 @@ from analyzer.tier import (
     TierUse,
     _is_current,
     _of,
+    _width,
     current_tier,
     sources_hash,
-    tier_width,
 )
 from analyzer.tierindex import Index
 from collector import layout
@@ -55,13 +55,14 @@ def attach(
     ``usable``: a raw file's rows all pass the reader's time-sanity bounds; ``view_sql``:
     the reader's ``SELECT`` over raw files of a table; ``stage``: copies S3 objects;
     ``index``: the tier files' hashes stored by ``leakreport rollup``."""
+    width = _width(None)
     try:
-        tier = current_tier(root, fs, date_ok, host_ok, None, index)
+        tier = current_tier(root, fs, date_ok, host_ok, width, index)
     except (OSError, RuntimeError):
         return None
     if not tier:
         return None
-    use = TierUse({t: tier_width(t) for t in TIERS}, 0, 0)
+    use = TierUse(width, 0, 0)
     raw_days: set[tuple[dt.date, str]] = set()
     all_days: set[tuple[dt.date, str]] = set()
     for source in SOURCES:
@@ -95,7 +96,6 @@ def attach(
             lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
             con.execute(f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM read_parquet({lst})")
             use.tables.add(TIERS[tier_table][0])
-            use.tiers.add(tier_table)
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
         con.execute(f"CREATE OR REPLACE VIEW {source}_rest AS {rest_sql}")
     if not use.tables:

@@ -16,7 +16,7 @@ FROM (
            max(total) AS total,
            max(util_max) AS util_max,
            sum(n) AS n
-    FROM tier_rows
+    FROM tier_gpu_buckets
     GROUP BY ALL
 )
 UNION ALL BY NAME

@@ -8,5 +8,5 @@ SELECT host, gpu_index,
        min(first_ts) AS first_ts,
        max(last_ts) AS last_ts,
        sum(samples)::BIGINT AS samples
-FROM (SELECT * FROM tier_rows UNION ALL BY NAME SELECT * FROM gpu_info_rest)
+FROM (SELECT * FROM tier_gpu_info UNION ALL BY NAME SELECT * FROM gpu_info_rest)
 GROUP BY host, gpu_index
