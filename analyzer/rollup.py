@@ -26,8 +26,6 @@ DEFAULTS: dict[str, Any] = {
     "bucket_s": 15,  # bucket width for device samples ...
     "long_bucket_s": 60,  # ... and for traces that span more than long_span_h
     "long_span_h": 24,
-    "coarse_bucket_s": 300,  # ... and for traces that span more than coarse_span_d (a month:
-    "coarse_span_d": 8,  # about a week's count of per-minute buckets; gaps under it unseen)
     "idle_util_pct": 5.0,  # GPU utilisation at or below this counts as idle
     "min_idle_s": 30,  # an idle window lasts at least this long
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
@@ -68,10 +66,7 @@ def _statements(sql: str) -> list[str]:
 
 
 def width_for_span(span_s: float, params: dict[str, Any]) -> float:
-    """Fine buckets for hours of data, per-minute ones for days, five-minute ones past
-    a week (bounded rollup size: a month costs about what a week does)."""
-    if span_s > float(params["coarse_span_d"]) * 86400:
-        return float(params["coarse_bucket_s"])
+    """Fine buckets for hours of data, per-minute ones for days (bounded rollup size)."""
     if span_s > float(params["long_span_h"]) * 3600:
         return float(params["long_bucket_s"])
     return float(params["bucket_s"])

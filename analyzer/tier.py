@@ -265,19 +265,6 @@ class TierUse:
     tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
 
 
-def regroups(width: float, wanted: float, table: str) -> bool:
-    """The tier's ``table``, stored in buckets of ``width`` seconds, gives buckets of
-    ``wanted`` seconds exactly: a whole multiple of it that divides a day (no bucket
-    crosses midnight, so none takes rows from both the tier and raw samples)."""
-    k = wanted / width
-    return (
-        k > 1
-        and k == int(k)
-        and 86400 % wanted == 0
-        and (COMBINE_DIR / f"{table}_regroup.sql").exists()
-    )
-
-
 def rollup_with_tier(
     con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any], use: TierUse
 ) -> bool:
@@ -289,11 +276,7 @@ def rollup_with_tier(
         source = next(s for t, s in TIERS.values() if t == table)
         made = build_params(use.width)
         refs = referenced_params(stmt)
-        combine = COMBINE_DIR / f"{table}.sql"
-        differ = {k for k in refs if float(params[k]) != float(made[k])}
-        if differ == {"bucket_s"} and regroups(use.width, float(params["bucket_s"]), table):
-            combine = COMBINE_DIR / f"{table}_regroup.sql"  # wider buckets from the tier's
-        elif differ:
+        if any(float(params[k]) != float(made[k]) for k in refs):
             return False  # the analysis runs with other parameters: raw samples only
         if f"FROM {source}\n" not in stmt:
             return False
@@ -303,11 +286,9 @@ def rollup_with_tier(
         con.execute(rest, {k: params[k] for k in refs} if refs else None)
         # rows come in no particular order either way: not keeping it is a third cheaper
         con.execute("SET preserve_insertion_order = false")
-        given = {**params, "tier_bucket_s": use.width}
         try:
-            for s in rollup._statements(combine.read_text("utf-8")):
-                used = referenced_params(s)
-                con.execute(s, {k: given[k] for k in used} if used else None)
+            for s in rollup._statements((COMBINE_DIR / f"{table}.sql").read_text("utf-8")):
+                con.execute(s)
         finally:
             con.execute("RESET preserve_insertion_order")
         return True

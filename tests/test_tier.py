@@ -37,13 +37,9 @@ def bucket(base: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(base, tmp_path / "bucket"))
 
 
-def _doc(bucket: Path, said: list[str] | None = None, overrides: dict | None = None) -> str:
+def _doc(bucket: Path, said: list[str] | None = None) -> str:
     d = analyze(
-        bucket,
-        load_packs(),
-        now=NOW,
-        progress=said.append if said is not None else None,
-        overrides=overrides,
+        bucket, load_packs(), now=NOW, progress=said.append if said is not None else None
     ).to_dict()
     for r in d["run"]["rules"]:
         r.pop("duration_s")
@@ -72,28 +68,6 @@ def test_findings_identical_with_no_partial_and_full_tier(bucket) -> None:
     assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
 
 
-def test_wider_buckets_regrouped_from_the_tier_are_the_same(bucket) -> None:
-    """A span past coarse_span_d is bucketed by five minutes: the tier's per-minute
-    buckets regrouped give what raw samples give, with no, a partial and a full tier."""
-    from analyzer import rollup
-
-    assert rollup.width_for_span(9 * 86400, rollup.DEFAULTS) == 300
-    assert rollup.width_for_span(7 * 86400, rollup.DEFAULTS) == 60
-    assert tier.regroups(60, 300, "gpu_buckets") and not tier.regroups(60, 90, "gpu_buckets")
-    assert not tier.regroups(60, 420, "gpu_buckets")  # 420 s buckets would cross midnight
-    wide = {"rollup": {"bucket_s": 300}}
-    none = _doc(bucket, overrides=wide)
-    assert json.loads(none)["findings"], "the scenario must find something to compare"
-    assert none != _doc(bucket), "five-minute buckets must differ from per-minute ones somewhere"
-    tier.build(bucket, before=DAY2)
-    assert _doc(bucket, overrides=wide) == none
-    tier.build(bucket, before=NOW.date())
-    assert _doc(bucket, overrides=wide) == none
-    for f in (bucket / "tier_gpu_buckets").rglob("*.parquet"):
-        _rewrite(f, "used_max", BIG)  # the regrouped buckets come from the tier files
-    assert _rollup_figure(bucket, "SELECT max(used_max) FROM gpu_buckets", wide) == BIG
-
-
 # a numeric column of each tier table, and the figure it holds in the rollup table
 SENTINEL = {
     "tier_gpu_info": ("samples", "SELECT max(samples) FROM gpu_info"),
@@ -114,15 +88,15 @@ def _rewrite(f: Path, col: str, value: float, meta: dict[bytes, bytes] | None = 
     pq.write_table(t.set_column(i, col, new).replace_schema_metadata(md | (meta or {})), f)
 
 
-def _rollup_figure(bucket: Path, sql: str, overrides: dict | None = None) -> float:
+def _rollup_figure(bucket: Path, sql: str) -> float:
     from analyzer import bucket as bucket_mod
     from analyzer import logevents, rollup
 
     opened = bucket_mod.open_checked(bucket, now=NOW)
     try:
         logevents.build(opened.con)
-        wide = rollup.with_width(overrides or {}, opened.span_s)
-        rollup.build(opened.con, wide.get("rollup"), tier=opened.tier)
+        overrides = rollup.with_width({}, opened.span_s)
+        rollup.build(opened.con, overrides.get("rollup"), tier=opened.tier)
         row = opened.con.execute(sql).fetchone()
         assert row is not None
         return float(row[0])

@@ -1,7 +1,7 @@
 -- One row per GPU: its name, UUID (the least, should a card be swapped at one index:
 -- the same every run), size and when it was seen. The only
 -- aggregate over raw samples that carries strings; it also sizes the buckets
--- (rollup.build picks $bucket_s, $long_bucket_s or $coarse_bucket_s from the span it finds).
+-- (rollup.build picks $bucket_s or $long_bucket_s from the span it finds).
 CREATE OR REPLACE TABLE gpu_info AS
 SELECT host, gpu_index,
        min(gpu_name) AS gpu_name,

@@ -3,20 +3,18 @@ CREATE OR REPLACE TABLE rollup_settings AS
 SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS proc_bin_s;
 
 -- Device memory per GPU in fixed buckets: the one pass over raw samples that
--- every memory rule builds on. bi is the bucket number (epoch / width). used_sum is
--- exact (whole bytes, far below 2^53), so wider buckets regrouped from narrower ones
--- (the stored tier's, analyzer/rollups/tier/gpu_buckets_regroup.sql) are the very same.
+-- every memory rule builds on. bi is the bucket number (epoch / width).
 CREATE OR REPLACE TABLE gpu_buckets AS
 SELECT host, gpu_index, bi,
        to_timestamp(bi * $bucket_s) AS b,
        to_timestamp((bi + 1) * $bucket_s) AS b_end,
-       used_min, used_max, used_sum / n AS used_avg, used_sum, total, util_max, n
+       used_min, used_max, used_avg, total, util_max, n
 FROM (
     SELECT host, gpu_index,
            CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi,
            min(memory_used_bytes) AS used_min,
            max(memory_used_bytes) AS used_max,
-           CAST(sum(memory_used_bytes) AS DOUBLE) AS used_sum,
+           avg(memory_used_bytes) AS used_avg,
            max(memory_total_bytes) AS total,
            max(utilization_gpu_pct) AS util_max,
            count(*) AS n
