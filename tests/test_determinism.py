@@ -241,8 +241,8 @@ def test_a_gpu_swapped_at_one_index_has_one_name(threads: int) -> None:
         ("NVIDIA A100", "GPU-a")
     ]
     # the tier: one row per day stored (the later day's first), combined with the rest
-    con.execute("CREATE TABLE tier_rows AS SELECT * FROM gpu_info")
-    con.execute("UPDATE tier_rows SET gpu_name = 'NVIDIA H200', gpu_uuid = 'GPU-b'")
+    con.execute("CREATE TABLE tier_gpu_info AS SELECT * FROM gpu_info")
+    con.execute("UPDATE tier_gpu_info SET gpu_name = 'NVIDIA H200', gpu_uuid = 'GPU-b'")
     con.execute("CREATE TABLE gpu_info_rest AS SELECT * FROM gpu_info")
     for s in rollup._statements(combine):
         con.execute(s)
