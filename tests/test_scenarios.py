@@ -86,3 +86,31 @@ def test_different_seed_changes_the_data(tmp_path) -> None:
             [v for f in files for v in pq.read_table(f).column("memory_used_bytes").to_pylist()]
         )
     assert len(used[0]) == len(used[1]) and used[0] != used[1]
+
+
+LONG_SPAN = ("fast-image-processor-leak", "nightly-restart", "restart-masked-leak")
+
+
+def test_a_span_past_a_week_finds_what_its_labels_say(tmp_path) -> None:
+    """Nine days of leaks whose servers rest only minutes at a time: a long span must keep
+    buckets fine enough to see those rests (five-minute buckets missed every one of these
+    leaks), and the findings still match the labels."""
+    for scenario in LONG_SPAN:
+        simulate(
+            scenario,
+            tmp_path / "bucket",
+            hosts=1,
+            hours=216,
+            seed=11,
+            labels_path=tmp_path / f"{scenario}.json",
+        )
+    doc = analyze(tmp_path / "bucket", load_packs())
+    found = _found(doc)
+    for scenario in LONG_SPAN:
+        labels = json.loads((tmp_path / f"{scenario}.json").read_text())
+        for host, lab in labels["hosts"].items():
+            assert "leak.gpu" in lab["expect"].get("gpu:0", []), f"{host}: a leak scenario"
+            for key, expected in lab["expect"].items():
+                got = found.get(host, {}).get(key, set())
+                assert not set(expected) - got, f"{host} {key}: missed {set(expected) - got}"
+                assert not got - set(expected) - set(lab["allow"]), f"{host} {key}: unexpected"
