@@ -33,18 +33,22 @@ WITH kv AS (
     FROM kv_usage GROUP BY ALL
 ),
 s AS (
-    -- idle buckets only; consecutive bucket numbers form one window (a data gap ends it)
-    SELECT g.*, k.kv, g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
+    -- idle buckets only; consecutive bucket numbers form one window (a data gap ends it).
+    -- Only the columns the windows need: the row_number sort carries every column it is
+    -- given (a month's idle buckets spill), and times follow from bucket numbers
+    SELECT g.host, g.gpu_index, g.bi, g.used_avg, g.used_min, g.used_max, g.total, k.kv,
+           g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
     FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi) LEFT JOIN kv k USING (host, bi)
     WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0
 ),
 w AS (
-    SELECT host, gpu_index, min(b) AS start, max(b_end) AS "end", count(*) AS buckets,
+    SELECT host, gpu_index, to_timestamp(min(bi) * $bucket_s) AS start,
+           to_timestamp((max(bi) + 1) * $bucket_s) AS "end", count(*) AS buckets,
            median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
            max(total) AS total, max(kv) AS kv_idle
     FROM s
     GROUP BY host, gpu_index, grp
-    HAVING epoch(max(b_end)) - epoch(min(b)) >= $min_idle_s
+    HAVING (max(bi) + 1 - min(bi)) * $bucket_s >= $min_idle_s
 ),
 wr AS (
     -- the requests served before each window: the last reading at or before its start
