@@ -90,6 +90,24 @@ def test_a_wrapped_record_survives_the_collector(tmp_path) -> None:
     ]
 
 
+def test_log_events_without_log_lines_have_the_parsed_table_s_columns(tmp_path) -> None:
+    """A bucket with no log lines makes log_events from the column list alone (no polars):
+    the same columns and types as one parsed from lines, and server_info's view binds."""
+    from analyzer import logevents
+    from analyzer.bucket import open_bucket
+
+    bucket = tmp_path / "bucket"
+    _import(tmp_path, bucket, "h", _block("sglang_more.txt", "sgl-project/sglang#6888"))
+    con, _ = open_bucket(bucket)
+    assert logevents.build(con) > 0
+    parsed = con.sql("DESCRIBE log_events").fetchall()
+    con.execute("CREATE TABLE no_lines AS SELECT * FROM log_lines LIMIT 0")
+    con.execute("CREATE OR REPLACE VIEW log_lines AS SELECT * FROM no_lines")
+    assert logevents.build(con) == 0
+    assert con.sql("DESCRIBE log_events").fetchall() == parsed
+    assert con.execute("SELECT count(*) FROM log_server_info").fetchone() == (0,)
+
+
 @pytest.mark.parametrize("labels", LABELS, ids=lambda p: p.stem)
 def test_the_bucket_path_reads_what_the_file_says(tmp_path, labels: Path) -> None:
     """Through the collector (signatures, continuation lines, its own times) and the
