@@ -3,8 +3,9 @@
 Opening a bucket checks every raw file's footer against the schema
 (:func:`collector.layout.check_file`) and reads every tier file's hash and sources. For
 finished host-days these never change, so ``leakreport rollup`` (:func:`refresh`) stores
-them in one file, ``<bucket>/tier_index/footers.json``: per file its path relative to the
-bucket, its size and modification time (ns; S3: the object's size and LastModified), and
+them in one file per day, ``<bucket>/tier_index/<YYYY-MM-DD>.json``, read only when an
+analysis lists a file of that day (a week of a month-long bucket reads seven): per file its
+path relative to the bucket, its size and modification time (ns; S3: the object's size and LastModified), and
 what its footer said (the check's verdict, problem, rows, time range, host and replaced
 files; for a tier file its SQL and sources hashes). An analysis takes a file's check from
 the index when the path, size and time still match and reads the footer of every other
@@ -16,8 +17,8 @@ listing gives no ETag). Nothing of ours does that: the collector, compaction and
 write a new file under a temporary name and rename it (``os.replace``), which gives it a
 new time, and usually a new name as well.
 
-The index is written atomically (a temporary file renamed; one PUT on S3). One that is
-unreadable, of another format, or made for another schema or check version
+Each day's file is written atomically (a temporary file renamed; one PUT on S3), and only
+when its entries changed. One that is unreadable, of another format, or made for another schema or check version
 (:func:`collector.layout.check_fingerprint`) is ignored: footers are read as if it were
 not there, so it can make an analysis slower, never different.
 """
@@ -35,8 +36,9 @@ from collector import layout
 from collector.schema import TABLES
 from collector.store import read_small, write_small
 
-INDEX_FORMAT = 2
-INDEX_PATH = "tier_index/footers.json"
+INDEX_FORMAT = 3
+INDEX_DIR = "tier_index"
+_OLD_INDEX = "tier_index/footers.json"  # format 2: one file for every day
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
 
@@ -72,6 +74,25 @@ class Index:
     raw: dict[str, tuple[Stamp, list[Any]]] = field(default_factory=dict)
     tier: dict[str, tuple[Stamp, TierMeta]] = field(default_factory=dict)
     hits: int = 0  # files whose check came from the index
+    warn: Callable[[str], None] | None = None
+    days: dict[dt.date, set[str]] = field(default_factory=dict)  # day read -> its paths
+    dirty: set[dt.date] = field(default_factory=set)  # days whose entries changed
+
+    def _day(self, day: dt.date) -> None:
+        """Read ``day``'s file once (nothing when it is missing or cannot be used)."""
+        if day in self.days:
+            return
+        self.days[day] = set()
+        got = _read_day(self.root, self.fs, day, self.warn)
+        if got is not None:
+            raw, tier = got
+            self.raw.update(raw)
+            self.tier.update(tier)
+            self.days[day] = set(raw) | set(tier)
+
+    def _remember(self, e: layout.Entry, rel: str) -> None:
+        self.days.setdefault(e.day, set()).add(rel)
+        self.dirty.add(e.day)
 
     def _key(self, e: layout.Entry) -> tuple[str, Stamp] | None:
         base = self.root.rstrip("/") + "/"
@@ -94,6 +115,8 @@ class Index:
         """Each entry's footer check: from the index where its key matches, else ``read``
         (whose results are remembered for :func:`save`)."""
         out: list[layout.FileCheck | None] = []
+        for day in {e.day for e in entries}:
+            self._day(day)
         keys = [self._key(e) for e in entries]
         for e, k in zip(entries, keys, strict=True):
             got = self.raw.get(k[0]) if k else None
@@ -106,6 +129,7 @@ class Index:
             k = keys[i]
             if k is not None:
                 self.raw[k[0]] = (k[1], _encode(c))
+                self._remember(entries[i], k[0])
         return [c for c in out if c is not None]
 
     def tier_meta(
@@ -113,6 +137,8 @@ class Index:
     ) -> list[TierMeta]:
         """Each tier file's (SQL hash, sources hash): from the index, else ``read``."""
         out: list[TierMeta] = []
+        for day in {e.day for e in entries}:
+            self._day(day)
         for e in entries:
             k = self._key(e)
             got = self.tier.get(k[0]) if k else None
@@ -123,37 +149,40 @@ class Index:
             meta = read(e)
             if k is not None:
                 self.tier[k[0]] = (k[1], meta)
+                self._remember(e, k[0])
             out.append(meta)
         return out
 
 
-def _location(root: str, fs: Any) -> str:
-    return f"{root.rstrip('/')}/{INDEX_PATH}" if fs is not None else os.path.join(root, INDEX_PATH)
+def _location(root: str, fs: Any, name: str) -> str:
+    rel = f"{INDEX_DIR}/{name}"
+    return f"{root.rstrip('/')}/{rel}" if fs is not None else os.path.join(root, rel)
 
 
 def _header() -> dict[str, Any]:
     return {"format": INDEX_FORMAT, "checks": layout.check_fingerprint()}
 
 
-def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -> Index:
-    """The bucket's stored index; an empty one when there is none, or when it cannot be
-    used (unreadable, another format or check version: said through ``warn``)."""
-    idx = Index(root, fs)
-    where = _location(root, fs)
+def _read_day(
+    root: str, fs: Any, day: dt.date, warn: Callable[[str], None] | None
+) -> tuple[dict[str, tuple[Stamp, list[Any]]], dict[str, tuple[Stamp, TierMeta]]] | None:
+    """One day's stored entries (raw, tier); None when there is no file or it cannot be
+    used (unreadable, another format or check version, damaged: said through ``warn``)."""
+    where = _location(root, fs, f"{day}.json")
     try:
         data = read_small(where, fs)
     except OSError as e:
         if warn:
             warn(f"tier index {where}: unreadable ({e}); footers are read instead")
-        return idx
+        return None
     if data is None:
-        return idx
+        return None
     try:
         doc = json.loads(data)
         if {k: doc.get(k) for k in _header()} != _header():
             if warn:
                 warn(f"tier index {where}: made by another version; footers are read instead")
-            return idx
+            return None
         raw = {str(p): ((int(s), int(m)), list(v)) for p, s, m, v in doc["raw"]}
         tier = {str(p): ((int(s), int(m)), (str(h), str(src))) for p, s, m, h, src in doc["tier"]}
         for v in raw.values():
@@ -162,30 +191,52 @@ def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         if warn:
             warn(f"tier index {where}: damaged ({e}); footers are read instead")
-        return idx
-    idx.raw, idx.tier = raw, tier
-    return idx
+        return None
+    return raw, tier
+
+
+def load(root: str, fs: Any = None, warn: Callable[[str], None] | None = None) -> Index:
+    """The bucket's stored index, each day's file read when a file of that day is first
+    looked up; a day whose file is missing or cannot be used (said through ``warn``)
+    has its footers read."""
+    return Index(root, fs, warn=warn)
 
 
 def stored(root: str, fs: Any = None) -> Index | None:
-    """The bucket's usable index, or None (none stored, or not usable: footers are read)."""
-    idx = load(root, fs)
-    return idx if idx.raw or idx.tier else None
+    """The bucket's index, or None when it has none (footers are read)."""
+    where = _location(root, fs, "")
+    try:
+        if fs is not None:
+            from pyarrow import fs as pafs
+
+            there = fs.get_file_info(where.rstrip("/")).type != pafs.FileType.NotFound
+        else:
+            there = os.path.isdir(where)
+    except OSError:
+        return None
+    return load(root, fs) if there else None
 
 
 def save(idx: Index, keep: Callable[[str], bool]) -> int:
-    """Write the index atomically with the entries whose relative path ``keep`` accepts
-    (those of files that are still there); how many entries it holds."""
-    doc = _header() | {
-        "raw": [[p, s, m, v] for p, ((s, m), v) in sorted(idx.raw.items()) if keep(p)],
-        "tier": [
-            [p, s, m, h, src] for p, ((s, m), (h, src)) in sorted(idx.tier.items()) if keep(p)
-        ],
-    }
-    data = json.dumps(doc, separators=(",", ":")).encode()
-    where = _location(idx.root, idx.fs)
-    write_small(where, data, idx.fs)  # readable like the bucket's files (the umask)
-    return len(doc["raw"]) + len(doc["tier"])
+    """Write atomically the file of every day read whose entries changed, with the entries
+    whose relative path ``keep`` accepts (files still there); how many entries the days
+    read hold."""
+    held = 0
+    for day, paths in sorted(idx.days.items()):
+        gone = {p for p in paths if not keep(p)}
+        mine = sorted(paths - gone)
+        held += len(mine)
+        if day not in idx.dirty and not gone:
+            continue
+        doc = _header() | {
+            "raw": [[p, *idx.raw[p][0], idx.raw[p][1]] for p in mine if p in idx.raw],
+            "tier": [[p, *idx.tier[p][0], *idx.tier[p][1]] for p in mine if p in idx.tier],
+        }
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        write_small(_location(idx.root, idx.fs, f"{day}.json"), data, idx.fs)
+        idx.days[day] = set(mine)
+    idx.dirty.clear()
+    return held
 
 
 def refresh(
@@ -209,4 +260,17 @@ def refresh(
         entries = layout.list_entries(root, name, fs, finished)
         idx.tier_meta(entries, read_tier)
         live |= {e.path[len(base) :] for e in entries}
+    _drop_old(root, fs)
     return save(idx, live.__contains__)
+
+
+def _drop_old(root: str, fs: Any) -> None:
+    """The one-file index of format 2, which no reader uses now."""
+    where = _location(root, fs, os.path.basename(_OLD_INDEX))
+    try:
+        if fs is not None:
+            fs.delete_file(where)
+        else:
+            os.unlink(where)
+    except (OSError, FileNotFoundError):
+        pass

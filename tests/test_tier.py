@@ -286,18 +286,23 @@ def _opened(bucket: Path | str, stage: Path | None = None) -> dict[str, object]:
 def _index(bucket: Path) -> Path:
     from analyzer import tierindex
 
-    return bucket / tierindex.INDEX_PATH
+    return bucket / tierindex.INDEX_DIR
+
+
+def _index_files(bucket: Path) -> dict[str, tuple[bytes, int]]:
+    """The index's files: name -> (content, modification time)."""
+    return {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in _index(bucket).iterdir()}
 
 
 def _without_index(bucket: Path, what) -> object:
     """``what(bucket)`` with the index moved away for the while."""
     idx = _index(bucket)
-    kept = idx.read_bytes()
-    idx.unlink()
+    away = idx.with_name("index-away")
+    idx.rename(away)
     try:
         return what(bucket)
     finally:
-        idx.write_bytes(kept)
+        away.rename(idx)
 
 
 def _footer_reads(monkeypatch) -> list[str]:
@@ -334,12 +339,38 @@ def test_a_rollup_with_nothing_new_reads_no_footer(bucket, monkeypatch) -> None:
     said: list[str] = []
     tier.build(bucket, before=NOW.date(), progress=said.append)
     assert not [s for s in said if "tier index" in s]  # none yet is not a damaged one
-    before = _index(bucket).read_bytes()
+    before = _index_files(bucket)
+    assert sorted(before) == ["2026-11-23.json", "2026-11-24.json"]  # one file a day
     reads = _footer_reads(monkeypatch)
     res = tier.build(bucket, before=NOW.date())
     assert (res.built, res.current) == (0, 4)
     assert reads == []
-    assert _index(bucket).read_bytes() == before
+    assert _index_files(bucket) == before  # not even written again
+
+
+def test_an_analysis_reads_the_index_of_its_days_only(bucket, monkeypatch) -> None:
+    """One day of a longer bucket: that day's index file is read, not the others'."""
+    from analyzer import tierindex
+    from analyzer.bucket import Scope
+
+    tier.build(bucket, before=NOW.date())
+    read: list[str] = []
+    real = tierindex.read_small
+    monkeypatch.setattr(tierindex, "read_small", lambda w, fs: read.append(w) or real(w, fs))
+    analyze(bucket, load_packs(), now=NOW, scope=Scope(since=DAY2, until=DAY2))
+    assert [Path(w).name for w in read] == ["2026-11-24.json"]
+
+
+def test_an_old_one_file_index_is_replaced(bucket) -> None:
+    """The one-file index of an earlier version is ignored, and the rollup removes it."""
+    tier.build(bucket, before=DAY2)
+    old = _index(bucket) / "footers.json"
+    old.write_bytes(b'{"format":2}')
+    tier.build(bucket, before=NOW.date())
+    assert sorted(f.name for f in _index(bucket).iterdir()) == [
+        "2026-11-23.json",
+        "2026-11-24.json",
+    ]
 
 
 def _files(bucket: Path, table: str = "gpu_samples") -> list[Path]:
@@ -382,8 +413,8 @@ def test_a_raw_file_changed_after_the_rollup_is_checked_again(bucket, monkeypatc
 def test_a_damaged_or_foreign_index_is_ignored(bucket, monkeypatch, damage) -> None:
     tier.build(bucket, before=NOW.date())
     want = _without_index(bucket, _opened)
-    idx = _index(bucket)
-    idx.write_bytes(damage(idx.read_bytes()))
+    for idx in _index(bucket).iterdir():
+        idx.write_bytes(damage(idx.read_bytes()))
     reads = _footer_reads(monkeypatch)
     assert _opened(bucket) == want
     assert len(reads) == len(list(bucket.rglob("*.parquet")))  # every footer, as before
@@ -409,12 +440,16 @@ def test_the_index_on_s3(tmp_path, monkeypatch) -> None:
         tier.build(bucket, before=NOW.date(), progress=said.append)
         assert not [s for s in said if "tier index" in s]  # none yet is not a damaged one
         fs = s3_filesystem()
-        key = "leaktraces/indexed/tier_index/footers.json"
-        stored = fs.open_input_stream(key).read()
-        fs.delete_file(key)
+        from pyarrow import fs as pafs
+
+        infos = fs.get_file_info(pafs.FileSelector("leaktraces/indexed/tier_index"))
+        assert sorted(i.base_name for i in infos) == ["2026-11-23.json", "2026-11-24.json"]
+        stored = {i.path: fs.open_input_stream(i.path).read() for i in infos}
+        fs.delete_dir("leaktraces/indexed/tier_index")
         want = _opened(bucket, tmp_path)
-        with fs.open_output_stream(key) as f:
-            f.write(stored)
+        for key, data in stored.items():
+            with fs.open_output_stream(key) as f:
+                f.write(data)
         reads = _footer_reads(monkeypatch)
         assert _opened(bucket, tmp_path) == want
         assert reads == []
