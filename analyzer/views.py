@@ -6,8 +6,12 @@ host-day through the same SELECT."""
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 
-from collector.schema import TABLES
+from collector.schema import TABLES, TS
+
+# the DuckDB type of an optional column's NULLs, where no file has the column yet
+_SQL_TYPE = {pa.string(): "VARCHAR", TS: "TIMESTAMPTZ"}
 
 
 def sql_str(s: str) -> str:
@@ -40,7 +44,9 @@ def raw_select(
         of = f"read_parquet({sql_list(columns_of or files)}{union})"
         have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
         cols = ", ".join(
-            f'CAST(NULL AS VARCHAR) AS "{c}"' if c in spec.optional and c not in have else f'"{c}"'
+            f'CAST(NULL AS {_SQL_TYPE[spec.schema.field(c).type]}) AS "{c}"'
+            if c in spec.optional and c not in have
+            else f'"{c}"'
             for c in spec.columns
         )
     if spec.key:

@@ -150,7 +150,7 @@ class ProcFS:
         }
         return {
             "process": proc,
-            "maps": {"ts": now, "host": host, "pid": pid, **maps},
+            "maps": {"ts": now, "host": host, "pid": pid, "process_start": start, **maps},
             "status": status,
             "start": start,
         }

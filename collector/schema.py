@@ -29,7 +29,7 @@ class Table:
     # rows that repeat these columns are the same fact written twice (a run killed
     # between writing its files and saving its log cursor); readers keep one
     key: tuple[str, ...] = ()
-    # string columns added later: files written before them lack them; read as NULL
+    # columns added later: files written before them lack them; read as NULL
     optional: tuple[str, ...] = ()
 
     @property
@@ -96,9 +96,11 @@ PROC_MAPS = Table(
         ("libcuda_bytes", pa.int64(), True),
         ("other_count", pa.int32(), True),
         ("other_bytes", pa.int64(), True),
+        ("process_start", TS, True),
     ),
     "ts",
     "Summary of /proc/PID/maps by mapping category.",
+    optional=("process_start",),
 )
 
 PROCESSES = Table(

@@ -27,6 +27,8 @@ def test_real_child_process() -> None:
         assert d["status"]["vm_rss_bytes"] > 20 << 20
         assert abs((d["start"] - dt.datetime.now(dt.UTC)).total_seconds()) < 30
         assert d["maps"]["other_count"] > 10 and d["maps"]["nvidia_device_count"] == 0
+        # the maps row names its process: a PID that comes back is another one
+        assert d["maps"]["process_start"] == d["start"] == d["process"]["process_start"]
         assert d["process"]["cmdline"].startswith(sys.executable)
         assert d["process"]["engine"] is None
     finally:
@@ -102,3 +104,29 @@ def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
         "0.4.9.post6",
         "2.7.1",
     )  # the process's own site-packages
+
+
+def test_proc_maps_written_before_process_start_read_as_null_times(tmp_path) -> None:
+    """proc_maps files from before the column are read with process_start NULL, typed
+    as a time, alone and beside files that have it."""
+    import pyarrow.parquet as pq
+
+    from analyzer.bucket import open_bucket
+    from collector.writer import BucketWriter
+
+    row = {"ts": NOW, "host": "h", "pid": 7, "nvidia_device_count": 3}
+    BucketWriter(tmp_path, "h").write("proc_maps", [row])
+    f = next((tmp_path / "proc_maps").glob("*/*/*.parquet"))
+    t = pq.read_table(f)
+    pq.write_table(t.drop_columns(["process_start"]).replace_schema_metadata(t.schema.metadata), f)
+    con, counts = open_bucket(tmp_path)
+    assert counts["proc_maps"] == 1
+    got = con.execute(
+        "SELECT any_value(typeof(process_start)), count(process_start) FROM proc_maps"
+    )
+    assert got.fetchall() == [("TIMESTAMP WITH TIME ZONE", 0)]
+    later = NOW + dt.timedelta(seconds=10)
+    BucketWriter(tmp_path, "h").write("proc_maps", [{**row, "ts": later, "process_start": NOW}])
+    con, _ = open_bucket(tmp_path)
+    got = con.execute("SELECT count(*), count(process_start) FROM proc_maps")
+    assert got.fetchone() == (2, 1)

@@ -46,7 +46,8 @@ short AS (
 ),
 maps AS (
     SELECT host, arg_max(pid, last_n - first_n) AS parent_pid, max(last_n - first_n) AS map_growth
-    FROM (SELECT host, pid, arg_min(nvidia_device_count, ts) AS first_n, arg_max(nvidia_device_count, ts) AS last_n
+    FROM (SELECT host, pid, process_start, arg_min(nvidia_device_count, ts) AS first_n,
+                 arg_max(nvidia_device_count, ts) AS last_n
           FROM proc_maps WHERE nvidia_device_count IS NOT NULL GROUP BY ALL)
     GROUP BY host
 )
