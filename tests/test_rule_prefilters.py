@@ -61,10 +61,12 @@ ORDER BY g.host, g.gpu_index
 """
 
 HR001_RSS = """WITH rss AS (
-    SELECT host, pid, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
-    FROM proc_bins WHERE rss_avg IS NOT NULL GROUP BY host, pid, pb
+    SELECT host, pid, coalesce(epoch_us(process_start), 0) AS started, min(first_ts) AS ts,
+           avg(rss_avg) AS rss, 'procfs' AS source
+    FROM proc_bins WHERE rss_avg IS NOT NULL GROUP BY host, pid, started, pb
     UNION ALL
-    SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
+    SELECT host, 0 AS pid, 0 AS started, ts, value AS rss, 'metrics' AS source
+    FROM metric_norm WHERE metric = 'rss_bytes'
 ),
 span AS ("""
 
@@ -118,7 +120,8 @@ def test_cc001_comparison_is_not_vacuous(con) -> None:
 def rss_con() -> duckdb.DuckDBPyConnection:
     """Synthetic RSS series (the scenarios have two): 90 processes on 3 hosts, 48 bins each,
     flat, growing at different rates, one spike on slow growth, a step up; some on two
-    GPUs, some bins without RSS; a server metric per host; requests flat or rising."""
+    GPUs, some bins without RSS, some PIDs reused; a server metric per host; requests
+    flat or rising."""
     c = duckdb.connect()
     c.execute("SET TimeZone = 'UTC'")
     c.execute("SELECT setseed(0.17)")
@@ -126,6 +129,9 @@ def rss_con() -> duckdb.DuckDBPyConnection:
         """CREATE TABLE proc_bins AS
         SELECT 'h' || (pid % 3) AS host, gpu AS gpu_index, pid, b AS pb,
                TIMESTAMPTZ '2026-01-05 00:00:00+00' + to_minutes(5 * b) AS first_ts,
+               -- every seventh PID comes back halfway: a second process (start known)
+               CASE WHEN pid % 7 = 0 AND b >= 24
+                    THEN TIMESTAMPTZ '2026-01-05 02:00:00+00' END AS process_start,
                CASE WHEN (pid + b) % 17 = 0 THEN NULL ELSE 2e9 + random() * 4e7 + CASE pid % 4
                    WHEN 0 THEN 0
                    WHEN 1 THEN b * pid * 4e5
@@ -170,7 +176,8 @@ def _hr001(plain: bool, hits: bool) -> str:
         head = sql.split("\n)\nSELECT host, NULL AS gpu", 1)[0]
         sql = (
             head
-            + "\n)\nSELECT host, pid, source, start, q1, q3, q4, early, late FROM hits ORDER BY ALL"
+            + "\n)\nSELECT host, pid, started, source, start, q1, q3, q4, early, late FROM hits "
+            "ORDER BY ALL"
         )
     return sql
 

@@ -24,7 +24,7 @@ references  = ["https://github.com/vllm-project/vllm/issues/15597", "https://git
 equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
   {mutant = "$min_growth_mib÷2 @ HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1", reason = "moved only narrows the work: a looser span lets more series reach the growth test (q4 - q1 >= min_growth_mib), which alone decides"},
   {mutant = "drop HAVING `max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1` @ HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1", reason = "without the span test every series reaches the growth test, which alone decides"},
-  {mutant = "drop WHERE `metric = 'rss_bytes'` @ SELECT host, 0 AS pid, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'", reason = "the span of every metric of a host covers that of rss_bytes: more hosts reach the growth test, which reads rss_bytes alone"},
+  {mutant = "drop WHERE `metric = 'rss_bytes'` @ SELECT host, 0 AS pid, 0 AS started, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'", reason = "the span of every metric of a host covers that of rss_bytes: more hosts reach the growth test, which reads rss_bytes alone"},
 ]
 [params]
 min_growth_mib = 512
@@ -34,42 +34,46 @@ min_samples = 8
 ---*/
 WITH moved AS (
     -- the series whose RSS spans the growth looked for at all (less a byte for rounding):
-    -- the medians compared below lie within that span, so no other series can fire
-    SELECT host, pid, source FROM (
-        SELECT host, pid, rss_avg AS rss, 'procfs' AS source FROM proc_bins
+    -- the medians compared below lie within that span, so no other series can fire.
+    -- A series is one process: a PID that came back (process_start) is another one
+    -- (started: its start in microseconds, 0 where unknown and for the metrics series)
+    SELECT host, pid, started, source FROM (
+        SELECT host, pid, coalesce(epoch_us(process_start), 0) AS started, rss_avg AS rss,
+               'procfs' AS source FROM proc_bins
         UNION ALL
-        SELECT host, 0 AS pid, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
+        SELECT host, 0 AS pid, 0 AS started, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
     )
     GROUP BY ALL
     HAVING max(rss) - min(rss) >= $min_growth_mib * 1048576.0 - 1
 ),
 rss AS (
-    SELECT host, pid, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
-    FROM proc_bins b SEMI JOIN moved m ON m.host = b.host AND m.pid = b.pid AND m.source = 'procfs'
-    WHERE rss_avg IS NOT NULL GROUP BY host, pid, pb
+    SELECT host, pid, started, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
+    FROM (SELECT *, coalesce(epoch_us(process_start), 0) AS started FROM proc_bins) b
+    SEMI JOIN moved m ON m.host = b.host AND m.pid = b.pid AND m.started = b.started AND m.source = 'procfs'
+    WHERE rss_avg IS NOT NULL GROUP BY host, pid, started, pb
     UNION ALL
-    SELECT host, 0 AS pid, ts, value AS rss, 'metrics' AS source
+    SELECT host, 0 AS pid, 0 AS started, ts, value AS rss, 'metrics' AS source
     FROM metric_norm n SEMI JOIN moved m ON m.host = n.host AND m.source = 'metrics'
     WHERE metric = 'rss_bytes'
 ),
 span AS (
-    SELECT host, pid, source, epoch(min(ts)) AS t0, epoch(max(ts)) - epoch(min(ts)) AS d, count(*) AS n
+    SELECT host, pid, started, source, epoch(min(ts)) AS t0, epoch(max(ts)) - epoch(min(ts)) AS d, count(*) AS n
     FROM rss GROUP BY ALL
 ),
 q AS (
     -- quarters of the observed time (no sort over every sample)
     SELECT r.*, s.n,
            coalesce(least(4, 1 + CAST(floor(4 * (epoch(r.ts) - s.t0) / nullif(s.d, 0)) AS INTEGER)), 1) AS quarter
-    FROM rss r JOIN span s USING (host, pid, source)
+    FROM rss r JOIN span s USING (host, pid, started, source)
 ),
 life AS (
-    SELECT host, pid, source, min(ts) AS start, max(ts) AS "end", max(n) AS n,
+    SELECT host, pid, started, source, min(ts) AS start, max(ts) AS "end", max(n) AS n,
            median(rss) FILTER (WHERE quarter = 1) AS q1, median(rss) FILTER (WHERE quarter = 3) AS q3,
            median(rss) FILTER (WHERE quarter = 4) AS q4
     FROM q GROUP BY ALL
 ),
 rate AS (
-    SELECT l.host, l.pid, l.source,
+    SELECT l.host, l.pid, l.started, l.source,
            (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
               FROM requests r WHERE r.host = l.host AND r.ts >= l.start
                AND r.ts < l.start + (l."end" - l.start) / 2) AS early,
@@ -80,8 +84,8 @@ rate AS (
 ),
 hits AS (
     SELECT l.*, r.early, r.late, (l.q4 - l.q1) AS growth, (l.q4 - l.q3) AS late_growth,
-           row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC, l.pid) AS pick
-    FROM life l JOIN rate r USING (host, pid, source)
+           row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC, l.pid, l.started) AS pick
+    FROM life l JOIN rate r USING (host, pid, started, source)
     WHERE l.n >= $min_samples
       AND l.q4 - l.q1 >= $min_growth_mib * 1048576.0
       AND l.q4 - l.q3 >= $min_late_fraction * (l.q4 - l.q1)
