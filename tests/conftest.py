@@ -22,6 +22,26 @@ def sim_bucket(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="session")
+def two_weeks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host leaking in ISO weeks 2026-W47 and W48 (6 h each, the same PIDs: the
+    simulator reuses them, as the OS does) and a caching one in W48 (shared, read-only:
+    copy it to change it)."""
+    import datetime as dt
+
+    from simulator.generate import simulate
+
+    out = tmp_path_factory.mktemp("two-weeks") / "bucket"
+    for scenario, day, seed in (
+        ("fast-image-processor-leak", 18, 4),
+        ("fast-image-processor-leak", 25, 5),
+        ("cache-warmup", 25, 6),
+    ):
+        start = dt.datetime(2026, 11, day, tzinfo=dt.UTC)
+        simulate(scenario, out, hosts=1, hours=6, seed=seed, start=start)
+    return out
+
+
+@pytest.fixture(scope="session")
 def sim_doc(sim_bucket):
     from analyzer.packs import load_packs
     from analyzer.runner import analyze

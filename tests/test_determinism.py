@@ -88,19 +88,6 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
     yield force
 
 
-@pytest.fixture(scope="module")
-def pid_reuse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One host's servers a week apart with the same PIDs (the simulator reuses them)."""
-    out = tmp_path_factory.mktemp("pid-reuse") / "bucket"
-    for scenario, day, seed in (
-        ("fast-image-processor-leak", 18, 4),
-        ("fast-image-processor-leak", 25, 5),
-        ("cache-warmup", 25, 6),
-    ):
-        simulate(scenario, out, hosts=1, hours=6, seed=seed, start=START.replace(day=day))
-    return out
-
-
 def _doc(bucket: Path) -> str:
     d = analyze(bucket, load_packs(), now=NOW).to_dict()
     d["run"].pop("generated_at")
@@ -157,10 +144,10 @@ def test_the_same_bucket_gives_the_same_document_at_any_thread_count(fleet, thre
     assert len(said) == 1 and said[0].endswith(f"(last: {max(ERRORS)})"), said
 
 
-def test_a_reused_pid_gives_the_same_document_at_any_thread_count(pid_reuse, threads) -> None:
+def test_a_reused_pid_gives_the_same_document_at_any_thread_count(two_weeks, threads) -> None:
     """A PID back a week later is another server lifetime; when it was one, the idle
     windows' longest lifetime tied between them and the findings changed run to run."""
-    _same_document(pid_reuse, threads)
+    _same_document(two_weeks, threads)
 
 
 def test_of_server_args_read_at_one_instant_the_later_line_is_the_latest() -> None:

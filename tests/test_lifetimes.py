@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import shutil
 from pathlib import Path
 
@@ -104,27 +103,6 @@ def test_oom_with_no_device_samples_says_it_cannot_tell(tmp_path: Path) -> None:
     assert skipped["CC001"].hint and "leakcollect run" in skipped["CC001"].hint
 
 
-# A PID the OS hands out again: the simulator gives the servers of both weeks the
-# same PIDs (4000, 4017, 4034, 4051 on GPU 0 of fast-image-processor-leak-00).
-@pytest.fixture(scope="module")
-def reused(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    b = tmp_path_factory.mktemp("reused") / "b"
-    for scenario, day, seed in (
-        ("fast-image-processor-leak", 18, 4),
-        ("fast-image-processor-leak", 25, 5),
-        ("cache-warmup", 25, 6),
-    ):
-        simulate(
-            scenario,
-            b,
-            hosts=1,
-            hours=6,
-            seed=seed,
-            start=dt.datetime(2026, 11, day, tzinfo=dt.UTC),
-        )
-    return b
-
-
 def _pid_lifetimes(bucket: Path) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
     """(lifetime, pid, first day) of the leaking host's GPU 0, and (segment, pid) of its idle trend."""
     con, _ = open_bucket(bucket, Scope())
@@ -146,27 +124,30 @@ def _findings(bucket: Path) -> list[dict[str, object]]:
     return [dataclasses.asdict(f) for f in doc.findings]
 
 
+# A PID the OS hands out again: the simulator gives the servers of both weeks of
+# the two_weeks bucket (conftest) the same PIDs (4000, 4017, 4034, 4051 on GPU 0 of
+# fast-image-processor-leak-00).
 REUSED = [(1, 4000, 18), (2, 4017, 18), (3, 4034, 18), (4, 4051, 18),
           (5, 4000, 25), (6, 4017, 25), (7, 4034, 25), (8, 4051, 25)]  # fmt: skip
 
 
-def test_a_reused_pid_is_a_new_lifetime_and_findings_do_not_vary(reused: Path) -> None:
-    lt, trend = _pid_lifetimes(reused)
+def test_a_reused_pid_is_a_new_lifetime_and_findings_do_not_vary(two_weeks: Path) -> None:
+    lt, trend = _pid_lifetimes(two_weeks)
     assert lt == REUSED  # two lifetimes per PID, one each week, numbered by first sample
     assert trend == [(k, pid) for k, pid, _ in REUSED]
-    first = _findings(reused)
+    first = _findings(two_weeks)
     by_rule = {f["rule_id"]: f for f in first}
     assert by_rule["RM001"]["evidence"]["lifetimes"] == 8
     assert by_rule["GM001"]["pid"] == 4051 and by_rule["GM001"]["evidence"]["segments"] == 8
     for _ in range(4):
-        assert _findings(reused) == first
+        assert _findings(two_weeks) == first
 
 
-def test_without_process_start_the_gap_splits_a_reused_pid(reused: Path, tmp_path: Path) -> None:
+def test_without_process_start_the_gap_splits_a_reused_pid(two_weeks: Path, tmp_path: Path) -> None:
     """As from an importer with no process start: the week between the two servers of
     one PID cuts it; the samples of one server (every 10 s) stay one lifetime."""
     b = tmp_path / "b"
-    shutil.copytree(reused, b)
+    shutil.copytree(two_weeks, b)
     files = list((b / "gpu_processes").rglob("*.parquet"))
     assert files
     for f in files:

@@ -24,34 +24,18 @@ BEFORE = "2026-11-30"  # the Monday after W48: both weeks finished
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A leaking host in W47 and W48, a caching one in W48 (6 h each)."""
-    from simulator.generate import simulate
-
-    out = tmp_path_factory.mktemp("weeks") / "bucket"
-    for scenario, day, seed in (
-        ("fast-image-processor-leak", 18, 4),
-        ("fast-image-processor-leak", 25, 5),
-        ("cache-warmup", 25, 6),
-    ):
-        start = dt.datetime(2026, 11, day, tzinfo=dt.UTC)
-        simulate(scenario, out, hosts=1, hours=6, seed=seed, start=start)
-    return out
-
-
-@pytest.fixture(scope="module")
-def analysed_page(base: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def analysed_page(two_weeks: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The fleet page of W48 with nothing stored."""
     out = tmp_path_factory.mktemp("page") / "fleet.html"
-    r = run("fleet", str(base), "--week", W48, "--out", str(out))
+    r = run("fleet", str(two_weeks), "--week", W48, "--out", str(out))
     assert r.exit_code == 0, r.stderr
     assert f"week {W48}: analysed" in r.stderr and f"week {W47}: analysed" in r.stderr
     return out.read_text()
 
 
 @pytest.fixture
-def bucket(base: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(base, tmp_path / "bucket"))
+def bucket(two_weeks: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(two_weeks, tmp_path / "bucket"))
 
 
 def run(*args: str) -> Result:
