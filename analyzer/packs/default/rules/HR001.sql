@@ -32,14 +32,16 @@ min_late_fraction = 0.1   # last-quarter growth at least this share of the total
 max_rate_rise = 1.1       # late request rate at most this multiple of the early rate
 min_samples = 8
 ---*/
-WITH moved AS (
-    -- the series whose RSS spans the growth looked for at all (less a byte for rounding):
-    -- the medians compared below lie within that span, so no other series can fire.
-    -- A series is one process: a PID that came back (process_start) is another one
+WITH bins AS (
+    -- a series is one process: a PID that came back (process_start) is another one
     -- (started: its start in microseconds, 0 where unknown and for the metrics series)
+    SELECT *, coalesce(epoch_us(process_start), 0) AS started FROM proc_bins
+),
+moved AS (
+    -- the series whose RSS spans the growth looked for at all (less a byte for rounding):
+    -- the medians compared below lie within that span, so no other series can fire
     SELECT host, pid, started, source FROM (
-        SELECT host, pid, coalesce(epoch_us(process_start), 0) AS started, rss_avg AS rss,
-               'procfs' AS source FROM proc_bins
+        SELECT host, pid, started, rss_avg AS rss, 'procfs' AS source FROM bins
         UNION ALL
         SELECT host, 0 AS pid, 0 AS started, value, 'metrics' AS source FROM metric_norm WHERE metric = 'rss_bytes'
     )
@@ -48,8 +50,7 @@ WITH moved AS (
 ),
 rss AS (
     SELECT host, pid, started, min(first_ts) AS ts, avg(rss_avg) AS rss, 'procfs' AS source
-    FROM (SELECT *, coalesce(epoch_us(process_start), 0) AS started FROM proc_bins) b
-    SEMI JOIN moved m ON m.host = b.host AND m.pid = b.pid AND m.started = b.started AND m.source = 'procfs'
+    FROM bins b SEMI JOIN moved m ON m.host = b.host AND m.pid = b.pid AND m.started = b.started AND m.source = 'procfs'
     WHERE rss_avg IS NOT NULL GROUP BY host, pid, started, pb
     UNION ALL
     SELECT host, 0 AS pid, 0 AS started, ts, value AS rss, 'metrics' AS source
