@@ -272,5 +272,5 @@ def _drop_old(root: str, fs: Any) -> None:
             fs.delete_file(where)
         else:
             os.unlink(where)
-    except (OSError, FileNotFoundError):
+    except OSError:  # none there (FileNotFoundError is one)
         pass
