@@ -33,7 +33,7 @@ from analyzer.views import sql_list as _sql_list
 from analyzer.views import sql_str as _sql_str
 from collector import layout
 from collector.schema import TABLES
-from collector.store import is_s3, s3_filesystem, s3_root
+from collector.store import is_s3, root_of, s3_filesystem, s3_root
 
 FUTURE_MARGIN = dt.timedelta(minutes=5)
 # tables whose rows a collector run samples at run time: none can predate the first run
@@ -90,14 +90,10 @@ def checked_files(
 ) -> tuple[list[layout.FileCheck], list[layout.FileCheck]]:
     """(readable files of a table in scope, files left out because they do not match);
     ``index``: the footer checks the last ``leakreport rollup`` stored."""
-    entries = layout.list_entries(_root(bucket, fs), table, fs, scope.date_ok, scope.host_ok)
+    entries = layout.list_entries(root_of(bucket, fs), table, fs, scope.date_ok, scope.host_ok)
     if index is None:
         return layout.live(read_footers(entries, fs))
     return layout.live(index.checks(entries, lambda es: read_footers(es, fs)))
-
-
-def _root(bucket: str | os.PathLike[str], fs: Any) -> str:
-    return s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
 
 
 def read_footers(entries: list[layout.Entry], fs: Any = None) -> list[layout.FileCheck]:
@@ -170,7 +166,7 @@ def open_checked(
     good: dict[str, list[layout.FileCheck]] = {}
     from analyzer import tierread
 
-    index = tierindex.stored(_root(bucket, s3), s3)
+    index = tierindex.stored(root_of(bucket, s3), s3)
     for name in TABLES:
         try:
             ok, bad = checked_files(bucket, name, scope, s3, index)
@@ -247,7 +243,7 @@ def scope_span(
     """:func:`samples_span` of a whole scope, before it is split into host batches."""
     s3 = s3_filesystem() if is_s3(bucket) else None
     wall = dt.datetime.now(dt.UTC)
-    index = tierindex.stored(_root(bucket, s3), s3)
+    index = tierindex.stored(root_of(bucket, s3), s3)
     good, _bad = checked_files(bucket, "gpu_samples", scope, s3, index)
     return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
 

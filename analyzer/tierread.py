@@ -27,7 +27,7 @@ from analyzer.tier import (
 )
 from analyzer.tierindex import Index
 from collector import layout
-from collector.store import s3_root
+from collector.store import root_of
 
 
 def _aligned(c: layout.FileCheck) -> bool:
@@ -138,10 +138,9 @@ def attach_opened(
         alike = layout.one_schema(good[name])
         return raw_select(out.con, name, rest, parts[name], local[name], alike=alike)
 
-    root = s3_root(str(bucket)) if s3 is not None else os.path.abspath(bucket)
     return attach(
         out.con,
-        root,
+        root_of(bucket, s3),
         s3,
         {k: v for k, v in good.items() if k in parts},
         local,

@@ -40,7 +40,7 @@ from typing import Any
 from analyzer.findings import FINDINGS_SCHEMA_VERSION, QUARANTINED, FindingsDocument, iso_utc
 from collector import layout
 from collector.schema import SCHEMA_VERSION, TABLES
-from collector.store import is_s3, read_small, s3_filesystem, s3_root, write_small
+from collector.store import is_s3, read_small, root_of, s3_filesystem, write_small
 
 STORE_DIR = "_week_findings"  # not a trace table: see the module docstring
 STORE_FORMAT = 2  # 2: the fleet part only (fleet_part)
@@ -90,9 +90,8 @@ def settings(opts: Any) -> dict[str, Any]:
 
 
 def _root(bucket: str | os.PathLike[str]) -> tuple[str, Any]:
-    if is_s3(bucket):
-        return s3_root(str(bucket)), s3_filesystem()
-    return os.path.abspath(bucket), None
+    fs = s3_filesystem() if is_s3(bucket) else None
+    return root_of(bucket, fs), fs
 
 
 def _stat(path: str, fs: Any) -> tuple[int, int]:
@@ -107,7 +106,7 @@ def raw_files(
     bucket: str | os.PathLike[str], date_ok: layout.DateOk, fs: Any = None
 ) -> list[RawFile]:
     """Every raw trace file dated ``date_ok`` (the files an analysis of it may read)."""
-    root = s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
+    root = root_of(bucket, fs)
     out: list[RawFile] = []
     for table in TABLES:
         for e in layout.list_entries(root, table, fs, date_ok):

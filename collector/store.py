@@ -39,6 +39,12 @@ def s3_root(bucket: str) -> str:
     return str(bucket)[len("s3://") :].strip("/")
 
 
+def root_of(bucket: str | os.PathLike[str], fs: Any) -> str:
+    """Where a bucket's listings start: ``name/prefix`` on S3 (``fs`` given), else the
+    absolute folder."""
+    return s3_root(str(bucket)) if fs is not None else os.path.abspath(bucket)
+
+
 def _absent(e: OSError) -> bool:
     """An error that only says the file or object is not there (pyarrow's S3 says it as
     an OSError whose text names it, not always as FileNotFoundError)."""
