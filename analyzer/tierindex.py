@@ -98,14 +98,13 @@ class Index:
         base = self.root.rstrip("/") + "/"
         if not e.path.startswith(base):
             return None
-        stamp = e.stamp
-        if stamp is None and self.fs is None:
-            try:
-                st = os.stat(e.path)
-            except OSError:
-                return None
-            stamp = (st.st_size, st.st_mtime_ns)
-        return (e.path[len(base) :], stamp) if stamp is not None else None
+        if e.stamp is None and self.fs is not None:
+            return None  # an S3 object listed without them: not asked for one by one
+        try:
+            stamp = layout.stamp_of(e)
+        except OSError:
+            return None
+        return e.path[len(base) :], stamp
 
     def checks(
         self,

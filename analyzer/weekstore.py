@@ -94,14 +94,6 @@ def _root(bucket: str | os.PathLike[str]) -> tuple[str, Any]:
     return root_of(bucket, fs), fs
 
 
-def _stat(path: str, fs: Any) -> tuple[int, int]:
-    if fs is None:
-        st = os.stat(path)
-        return st.st_size, st.st_mtime_ns
-    info = fs.get_file_info(path)
-    return int(info.size or 0), int(info.mtime_ns or 0)
-
-
 def raw_files(
     bucket: str | os.PathLike[str], date_ok: layout.DateOk, fs: Any = None
 ) -> list[RawFile]:
@@ -111,7 +103,7 @@ def raw_files(
     for table in TABLES:
         for e in layout.list_entries(root, table, fs, date_ok):
             try:  # S3's listing gave size and mtime; a local file (or an S3 object without) asks
-                size, mtime = e.stamp or _stat(e.path, fs)
+                size, mtime = layout.stamp_of(e, fs)
             except OSError:
                 continue  # gone since the listing (compaction): the analysis will not see it
             rel = e.path[len(root) :].lstrip("/").replace(os.sep, "/")  # listed under root

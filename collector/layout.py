@@ -154,6 +154,18 @@ def _all(_x: Any) -> bool:
     return True
 
 
+def stamp_of(e: Entry, fs: Any = None) -> tuple[int, int]:
+    """A listed file's (size, modification time in ns): the listing's where it gave them,
+    else asked of the file system (OSError: gone since the listing)."""
+    if e.stamp is not None:
+        return e.stamp
+    if fs is None:
+        st = os.stat(e.path)
+        return st.st_size, st.st_mtime_ns
+    info = fs.get_file_info(e.path)
+    return int(info.size or 0), int(info.mtime_ns or 0)
+
+
 def list_entries(
     root: str,
     table: str,
