@@ -25,10 +25,15 @@ def week_range(week: str) -> tuple[dt.date, dt.date]:
     return monday, monday + dt.timedelta(days=6)
 
 
+def week_of(day: dt.date) -> str:
+    """The ISO week of ``day``: '2026-W48'."""
+    y, w, _ = day.isocalendar()
+    return f"{y}-W{w:02d}"
+
+
 def previous_week(week: str) -> str:
     monday, _ = week_range(week)
-    y, w, _ = (monday - dt.timedelta(days=7)).isocalendar()
-    return f"{y}-W{w:02d}"
+    return week_of(monday - dt.timedelta(days=7))
 
 
 @dataclass

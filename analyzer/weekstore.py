@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.findings import FINDINGS_SCHEMA_VERSION, QUARANTINED, FindingsDocument, iso_utc
+from analyzer.fleet import week_of, week_range
 from collector import layout
 from collector.schema import SCHEMA_VERSION, TABLES
 from collector.store import is_s3, read_small, root_of, s3_filesystem, write_small
@@ -63,18 +64,6 @@ class RawFile:
     size: int
     mtime_ns: int
     day: dt.date
-
-
-def week_of(day: dt.date) -> str:
-    y, w, _ = day.isocalendar()
-    return f"{y}-W{w:02d}"
-
-
-def week_days(week: str) -> tuple[dt.date, dt.date]:
-    """'2026-W48' -> (Monday, Sunday); ValueError for anything else."""
-    year, w = week.upper().split("-W")
-    monday = dt.date.fromisocalendar(int(year), int(w), 1)
-    return monday, monday + dt.timedelta(days=6)
 
 
 def settings(opts: Any) -> dict[str, Any]:
@@ -256,7 +245,7 @@ class Stored:
 def finished_weeks(files: Iterable[RawFile], before: dt.date) -> list[str]:
     """ISO weeks with a raw file whose seven days all lie before ``before``."""
     weeks = {week_of(f.day) for f in files}
-    return sorted(w for w in weeks if week_days(w)[1] < before)
+    return sorted(w for w in weeks if week_range(w)[1] < before)
 
 
 def store_finished(
@@ -274,7 +263,7 @@ def store_finished(
     code = code_hash(opts["packs"])
     res = Stored()
     for week in finished_weeks(files, before):
-        since, until = week_days(week)
+        since, until = week_range(week)
         key = week_key(files, since, until, opts, code)
         if load(bucket, week, key, say) is not None:
             res.current += 1
@@ -307,7 +296,7 @@ def findings_for(
     """A week's findings document and where it came from ("stored findings", "analysed",
     or "no data": ``skip_empty`` and no raw file dated in the week, then no document).
     Never writes."""
-    since, until = week_days(week)
+    since, until = week_range(week)
     root, fs = _root(bucket)
     exists = True
     if fs is None:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from analyzer import weekstore
+from analyzer.fleet import week_range
 from collector import layout
 from collector.schema import TABLES
 from leakreport.cli import cli
@@ -147,7 +148,7 @@ def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
     r, _html = fleet(bucket, "--pack", str(pack))
     assert sources(r) == {W48: "analysed", W47: "analysed"}
     # the same options give the same key; a changed rule file of a pack another
-    days = weekstore.week_days(W48)
+    days = week_range(W48)
     files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
     opts = {**weekstore.settings(_Opts()), "packs": [str(pack)]}
     key = weekstore.week_key(files, *days, opts, weekstore.code_hash([str(pack)]))
@@ -191,7 +192,7 @@ def test_a_corrupt_stored_document_is_a_warning(bucket, analysed_page) -> None:
     assert sources(r) == {W48: "analysed", W47: "stored findings"}
     assert without_stamp(html) == without_stamp(analysed_page)
     # the right key but no findings document inside: still a warning, never a crash
-    days = weekstore.week_days(W48)
+    days = week_range(W48)
     files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
     key = weekstore.week_key(files, *days, weekstore.settings(_Opts()), weekstore.code_hash())
     path.write_text(
