@@ -294,7 +294,7 @@ def _first_runs(
         return {h: t - FUTURE_MARGIN for h, t in first.items()}
     if not runs:
         return {}
-    src = f"read_parquet({_sql_list(runs)}, union_by_name = true)"
+    src = f"read_parquet({_sql_list(runs)}, union_by_name = true, hive_partitioning = false)"
     rows = con.execute(
         f"SELECT host, min(ts) FROM {src} WHERE ts <= {_ts(hi)} GROUP BY host"
     ).fetchall()

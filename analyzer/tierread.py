@@ -94,7 +94,11 @@ def attach(
         for tier_table in _of(source):
             mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
             lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
-            con.execute(f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM read_parquet({lst})")
+            # the file's columns only: a host folder's name is not always its host's
+            con.execute(
+                f"CREATE OR REPLACE VIEW {tier_table} AS "
+                f"SELECT * FROM read_parquet({lst}, hive_partitioning = false)"
+            )
             use.tables.add(TIERS[tier_table][0])
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
         con.execute(f"CREATE OR REPLACE VIEW {source}_rest AS {rest_sql}")

@@ -41,7 +41,7 @@ def raw_select(
     src = f"read_parquet({sql_list(files)}{union}, hive_partitioning = false)"
     cols = ", ".join(f'"{c}"' for c in spec.columns)
     if spec.optional:  # columns added later are NULL where no file has them yet
-        of = f"read_parquet({sql_list(columns_of or files)}{union})"
+        of = f"read_parquet({sql_list(columns_of or files)}{union}, hive_partitioning = false)"
         have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
         cols = ", ".join(
             f'CAST(NULL AS {_SQL_TYPE[spec.schema.field(c).type]}) AS "{c}"'

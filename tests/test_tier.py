@@ -510,3 +510,38 @@ def test_files_alike_are_read_without_reconciling_their_schemas(bucket, monkeypa
     pq.write_table(t.drop_columns(["pod"]).replace_schema_metadata(t.schema.metadata), f)
     sql, n = _view_sql(bucket, "gpu_samples")
     assert "union_by_name" in sql and n == rows
+
+
+@pytest.mark.parametrize("host", ["gpu-" + "n" * 240, ""])
+def test_a_host_whose_folder_name_is_not_its_name_reads_the_same_from_the_tier(
+    tmp_path, host: str
+) -> None:
+    """A host folder is the host's name encoded, and a long or empty name does not decode
+    back to it: the tier must give the host its files name, never the folder's."""
+    import dataclasses
+
+    from simulator.generate import generate_host, plan_fleet
+
+    out = tmp_path / "bucket"
+    (plan,) = plan_fleet("fast-image-processor-leak", 1, 5)
+    generate_host(dataclasses.replace(plan, host=host), 30, START, out)
+    assert not (out / "gpu_samples" / "date=2026-11-23" / f"host={host}").exists()
+    none = _doc(out)
+    assert [f["host"] for f in json.loads(none)["findings"]] and {
+        f["host"] for f in json.loads(none)["findings"]
+    } == {host}
+    tier.build(out, before=NOW.date())
+    said: list[str] = []
+    assert _doc(out, said) == none
+    assert "rollup tier: 2 host-days stored, 0 derived from raw samples" in said
+    # the collector's runs scanned (when their footers cannot tell) name the host alike
+    import duckdb
+
+    from analyzer import bucket as bucket_mod
+
+    checks, _bad = bucket_mod.checked_files(out, "collector_runs", bucket_mod.Scope())
+    unsure = [dataclasses.replace(c, host=None) for c in checks]
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    runs = bucket_mod._first_runs(con, unsure, [c.entry.path for c in checks], NOW)
+    assert list(runs) == [host]
