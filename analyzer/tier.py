@@ -291,5 +291,6 @@ def rollup_with_tier(
                 con.execute(s)
         finally:
             con.execute("RESET preserve_insertion_order")
+        con.execute(f"DROP TABLE {table}_rest")  # combined: its memory is the rules' now
         return True
     return False
