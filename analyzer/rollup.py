@@ -1,10 +1,8 @@
 """Derive compact rollups from the trace views, once, before any rule runs.
 
 The SQL lives in ``rollups/NN_name.sql`` and runs in file order. Rules query
-these tables (``gpu_buckets``, ``activity``, ``bucket_state``,
-``gpu_lifetimes``, ``idle_windows``, ``idle_trend``, ``server_info``,
-``metric_norm``, ``requests``, ``kv_usage``; and ``log_events``) as well
-as the raw views, so the whole pack costs little more than one scan.
+these tables (:data:`ROLLUP_TABLES`, and ``log_events``) as well as the raw
+views: each is derived once per analysis, not once per rule.
 """
 
 from __future__ import annotations

@@ -135,3 +135,23 @@ def test_param_override_parsing() -> None:
     }
     with pytest.raises(ValueError, match="RULE.key=value"):
         parse_param_overrides(["nodot=1"])
+
+
+def test_the_rollups_a_rule_may_read_are_the_ones_an_analysis_makes() -> None:
+    """The README's list for rule authors names tables the rollup SQL creates, and
+    ``rollup.ROLLUP_TABLES`` is every one it creates (a renamed table breaks user packs)."""
+    import re
+
+    from analyzer import rollup
+
+    made = {
+        m.group(1)
+        for f in rollup.rollup_files()
+        for m in re.finditer(r"CREATE OR REPLACE TABLE (\w+) AS", f.read_text())
+    }
+    assert made == set(rollup.ROLLUP_TABLES)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    listed = re.search(r"and the rollups \((.*?); SQL in `analyzer/rollups/`\)", readme, re.S)
+    assert listed, "the README's paragraph for rule authors has moved"
+    names = set(re.findall(r"`(\w+)`", listed.group(1)))
+    assert len(names) >= 10 and names - {"log_events"} <= made
