@@ -56,8 +56,11 @@ class Scope:
         return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
 
     def host_ok(self, h: str) -> bool:
-        """``h`` is a real host name (decoded from its folder)."""
-        return not self.hosts or h in self.hosts
+        """``h`` is a real host name (decoded from its folder); a name too long for a
+        folder is cut and ends in ``~<hash>``, which only its encoding matches."""
+        if not self.hosts or h in self.hosts:
+            return True
+        return "~" in h and any(layout.encode_host(x) == h for x in self.hosts)
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)", re.I)

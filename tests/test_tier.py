@@ -545,3 +545,8 @@ def test_a_host_whose_folder_name_is_not_its_name_reads_the_same_from_the_tier(
     con.execute("SET TimeZone = 'UTC'")
     runs = bucket_mod._first_runs(con, unsure, [c.entry.path for c in checks], NOW)
     assert list(runs) == [host]
+    # and an analysis scoped to the host by its name reads its files
+    from analyzer.bucket import Scope
+
+    scoped = analyze(out, load_packs(), now=NOW, scope=Scope(hosts=[host])).to_dict()
+    assert {f["host"] for f in scoped["findings"]} == {host}
