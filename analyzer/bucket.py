@@ -28,7 +28,7 @@ from analyzer import tierindex
 from analyzer.findings import QUARANTINED
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
-from analyzer.views import raw_select
+from analyzer.views import parquet, raw_select
 from analyzer.views import sql_list as _sql_list
 from analyzer.views import sql_str as _sql_str
 from collector import layout
@@ -297,7 +297,7 @@ def _first_runs(
         return {h: t - FUTURE_MARGIN for h, t in first.items()}
     if not runs:
         return {}
-    src = f"read_parquet({_sql_list(runs)}, union_by_name = true, hive_partitioning = false)"
+    src = parquet(runs)
     rows = con.execute(
         f"SELECT host, min(ts) FROM {src} WHERE ts <= {_ts(hi)} GROUP BY host"
     ).fetchall()
@@ -335,7 +335,7 @@ def _count_quarantined(
     scope: Scope,
 ) -> list[str]:
     where = " AND ".join([*_scope_predicates(scope), f"NOT {sane}"])
-    src = f"read_parquet({_sql_list(files)}, union_by_name = true, hive_partitioning = false)"
+    src = parquet(files)
     rows = con.execute(
         f"SELECT host, count(*), min(ts), max(ts) FROM {src} WHERE {where} GROUP BY host ORDER BY host"
     ).fetchall()

@@ -26,6 +26,7 @@ from analyzer.tier import (
     sources_hash,
 )
 from analyzer.tierindex import Index
+from analyzer.views import parquet
 from collector import layout
 from collector.store import root_of
 
@@ -93,11 +94,8 @@ def attach(
             paths = stage(paths)
         for tier_table in _of(source):
             mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
-            lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in mine) + "]"
-            # the file's columns only: a host folder's name is not always its host's
             con.execute(
-                f"CREATE OR REPLACE VIEW {tier_table} AS "
-                f"SELECT * FROM read_parquet({lst}, hive_partitioning = false)"
+                f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM {parquet(mine, False)}"
             )
             use.tables.add(TIERS[tier_table][0])
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"

@@ -22,6 +22,14 @@ def sql_list(paths: list[str]) -> str:
     return "[" + ", ".join(sql_str(p) for p in paths) + "]"
 
 
+def parquet(files: list[str], union_by_name: bool = True) -> str:
+    """``read_parquet`` of ``files`` with the columns the files hold and no other: DuckDB
+    would add ``date`` and ``host`` from the ``date=``/``host=`` folders, and a host's
+    folder is not always its name (a long one is cut, an empty one is ``%``)."""
+    union = ", union_by_name = true" if union_by_name else ""
+    return f"read_parquet({sql_list(files)}{union}, hive_partitioning = false)"
+
+
 def raw_select(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -37,11 +45,10 @@ def raw_select(
     Parquet schema (:func:`collector.layout.one_schema`), so DuckDB binds the view from one
     footer instead of reconciling all of them (union_by_name), at every statement."""
     spec = TABLES[name]
-    union = "" if alike else ", union_by_name = true"
-    src = f"read_parquet({sql_list(files)}{union}, hive_partitioning = false)"
+    src = parquet(files, union_by_name=not alike)
     cols = ", ".join(f'"{c}"' for c in spec.columns)
     if spec.optional:  # columns added later are NULL where no file has them yet
-        of = f"read_parquet({sql_list(columns_of or files)}{union}, hive_partitioning = false)"
+        of = parquet(columns_of or files, union_by_name=not alike)
         have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {of}").fetchall()}
         cols = ", ".join(
             f'CAST(NULL AS {_SQL_TYPE[spec.schema.field(c).type]}) AS "{c}"'
