@@ -15,6 +15,7 @@ collector run, are quarantined: left out of the views, counted and listed.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -56,11 +57,12 @@ class Scope:
         return (self.since is None or d >= self.since) and (self.until is None or d <= self.until)
 
     def host_ok(self, h: str) -> bool:
-        """``h`` is a real host name (decoded from its folder); a name too long for a
-        folder is cut and ends in ``~<hash>``, which only its encoding matches."""
-        if not self.hosts or h in self.hosts:
-            return True
-        return "~" in h and any(layout.encode_host(x) == h for x in self.hosts)
+        """``h`` is the name a host folder decodes to (:func:`collector.layout.host_folders`)."""
+        return not self.hosts or h in self._folders
+
+    @functools.cached_property
+    def _folders(self) -> set[str]:
+        return layout.host_folders(self.hosts)
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)", re.I)

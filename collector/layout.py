@@ -154,6 +154,12 @@ def _all(_x: Any) -> bool:
     return True
 
 
+def host_folders(names: Iterable[str]) -> set[str]:
+    """What the folders of these real host names decode to, the name a :data:`HostOk` is
+    given: the name itself, but for one too long for a folder (cut, ending in ``~<hash>``)."""
+    return {decode_host(encode_host(n)) for n in names}
+
+
 def stamp_of(e: Entry, fs: Any = None) -> tuple[int, int]:
     """A listed file's (size, modification time in ns): the listing's where it gave them,
     else asked of the file system (OSError: gone since the listing)."""

@@ -41,7 +41,11 @@ def overlapping(
     if is_s3(bucket):
         fs, root = s3_filesystem(), s3_root(root)
     entries = layout.list_entries(
-        root, "collector_runs", fs, date_ok=lambda d: d <= last_day, host_ok=hosts.__contains__
+        root,
+        "collector_runs",
+        fs,
+        date_ok=lambda d: d <= last_day,
+        host_ok=layout.host_folders(hosts).__contains__,
     )
     if not entries:
         return None

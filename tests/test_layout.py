@@ -193,3 +193,22 @@ def test_files_written_alike_have_one_schema(tmp_path) -> None:
         assert c.problem is None, extra  # readable: only not alike
         assert not layout.one_schema([*checks, c]), extra
     assert not layout.one_schema([*checks, layout.FileCheck(checks[0].entry, "unreadable")])
+
+
+@pytest.mark.parametrize("host", ["gpu-" + "n" * 240, "", "gpu/1", "plain"])
+def test_a_host_is_found_by_its_name_whatever_its_folder(tmp_path, host: str) -> None:
+    """Whoever looks a host's files up by its real name finds them: an analysis scoped to
+    it, and the Prometheus import's check for an earlier overlapping import (a name too
+    long for a folder decodes to its cut form, not to itself)."""
+    from analyzer.bucket import Scope
+    from collector import promruns
+    from collector.writer import BucketWriter
+
+    t = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC)
+    run = promruns.run_id(t.timestamp(), t.timestamp() + 3600, t)
+    row = {"ts": t, "host": host, "run_id": run, "source": "prometheus:x", "status": "ok"}
+    BucketWriter(tmp_path, host).write("collector_runs", [row])
+    (e,) = layout.list_entries(str(tmp_path), "collector_runs")
+    assert Scope(hosts=[host]).host_ok(e.host) and not Scope(hosts=["other"]).host_ok(e.host)
+    said = promruns.overlapping(tmp_path, "prometheus:x", {host}, t.timestamp(), t.timestamp() + 60)
+    assert said is not None and "already holds" in said
