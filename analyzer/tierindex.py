@@ -4,12 +4,13 @@ Opening a bucket checks every raw file's footer against the schema
 (:func:`collector.layout.check_file`) and reads every tier file's hash and sources. For
 finished host-days these never change, so ``leakreport rollup`` (:func:`refresh`) stores
 them in one file per day, ``<bucket>/tier_index/<YYYY-MM-DD>.json``, read only when an
-analysis lists a file of that day (a week of a month-long bucket reads seven): per file its
-path relative to the bucket, its size and modification time (ns; S3: the object's size and LastModified), and
-what its footer said (the check's verdict, problem, rows, time range, host and replaced
-files; for a tier file its SQL and sources hashes). An analysis takes a file's check from
-the index when the path, size and time still match and reads the footer of every other
-file as before: late files, today's files, files compacted or rewritten since.
+analysis lists a file of that day (a week of a month-long bucket reads seven): per file
+its path relative to the bucket, its size and modification time (ns; S3: the object's
+size and LastModified), and what its footer said (the check's verdict, problem, rows,
+time range, host and replaced files; for a tier file its SQL and sources hashes). An
+analysis takes a file's check from the index when the path, size and time still match
+and reads the footer of every other file as before: late files, today's files, files
+compacted or rewritten since.
 
 The one change this cannot see: a file replaced by one of the same size and the same
 modification time (to the nanosecond; on S3 LastModified, to the second, as pyarrow's
@@ -18,8 +19,8 @@ write a new file under a temporary name and rename it (``os.replace``), which gi
 new time, and usually a new name as well.
 
 Each day's file is written atomically (a temporary file renamed; one PUT on S3), and only
-when its entries changed. One that is unreadable, of another format, or made for another schema or check version
-(:func:`collector.layout.check_fingerprint`) is ignored: footers are read as if it were
+when its entries changed. One that is unreadable, of another format, or made for another
+schema or check version (:func:`collector.layout.check_fingerprint`) is ignored: footers are read as if it were
 not there, so it can make an analysis slower, never different.
 """
 
