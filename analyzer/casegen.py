@@ -51,6 +51,9 @@ GEN_DEFAULTS: dict[str, Any] = {
     "probe_latency_s": 0.0,
     "probe_latency_growth_per_cycle": 0.0,
     "idle_util_pct": 1.0,  # GPU utilisation while idle (busy is 85 %)
+    # tables whose process rows carry process_start (the spec's start, or the restart's),
+    # e.g. ["gpu_processes", "allocator_samples"]; [] = none, as from nvidia-smi
+    "process_start_in": [],
 }
 
 
@@ -66,6 +69,15 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     leak = orphans = requests = latency_sum = 0.0
     pid = int(p["pid"])
     total = int(p["total_mib"]) * MIB
+    started = {"process_start": p["start"]}
+    unknown_tables = set(p["process_start_in"]) - {"gpu_processes", "allocator_samples"}
+    if unknown_tables:
+        raise ValueError(
+            f"process_start_in: no process rows in {', '.join(sorted(unknown_tables))}"
+        )
+
+    def start_of(table: str) -> dict[str, Any]:
+        return started if table in p["process_start_in"] else {}
 
     def metric(name: str, value: float, labels: dict[str, str] | None = None) -> None:
         rows["metric_samples"].append(
@@ -75,6 +87,7 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for c in range(int(p["cycles"])):
         if p["restart_every_cycles"] and c and c % int(p["restart_every_cycles"]) == 0:
             leak, pid = 0.0, (pid + 1 if pid else 0)
+            started["process_start"] = t
         growing = not p["saturate_cycles"] or c < int(p["saturate_cycles"])
         worker = bool(p["worker_every_cycles"]) and c > 0 and c % int(p["worker_every_cycles"]) == 0
         for phase, length in (("busy", int(p["busy_s"])), ("idle", int(p["idle_s"]))):
@@ -140,6 +153,7 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                             "gpu_index": gpu,
                             "pid": pid,
                             "used_gpu_memory_bytes": own,
+                            **start_of("gpu_processes"),
                         }
                         if p["proc_rss_mib"]:
                             prow["vm_rss_bytes"] = int(
@@ -164,6 +178,7 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                                 "ts": t,
                                 "host": host,
                                 "pid": pid or 4242,
+                                **start_of("allocator_samples"),
                                 "device": 0,
                                 "role": "scheduler",
                                 "allocated_bytes": int(live * MIB),

@@ -53,6 +53,7 @@ ROLLUP_TABLES = (
     "idle_windows",
     "idle_trend",
     "server_info",
+    "alloc_samples",
     "alloc_devices",
     "alloc_bins",
     "alloc_trend",

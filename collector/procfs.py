@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collector.probe_hook.leakprobe import boot_time, start_seconds
 from collector.procinfo import detect_engine, parse_cmdline
 
 # start-end perms offset dev inode [path]; found anywhere in a line (gVisor / CRIU prefixes)
@@ -60,22 +61,17 @@ class ProcFS:
         return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
     def boot_time(self) -> float | None:
-        try:
-            for line in (self.root / "stat").read_text().splitlines():
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-        except OSError:
-            return None
-        return None
+        return boot_time(str(self.root))
 
     def start_time(self, pid: int) -> dt.datetime | None:
-        stat = self._read(pid, "stat")
-        fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
         btime = self.boot_time()
-        if btime is None or len(fields) < 20:
+        if btime is None:
             return None
-        ticks = int(fields[19])  # field 22 of stat, counting pid and comm
-        return dt.datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), dt.UTC)
+        stat = self._read(pid, "stat")  # a vanished pid raises, for describe() to skip
+        try:
+            return dt.datetime.fromtimestamp(start_seconds(stat, btime), dt.UTC)
+        except (ValueError, IndexError):  # a stat line of another shape: start unknown
+            return None
 
     def status(self, pid: int) -> dict[str, int | None]:
         out: dict[str, int | None] = {"vm_rss_bytes": None, "vm_size_bytes": None}

@@ -167,6 +167,7 @@ ALLOCATOR_SAMPLES = Table(
         ("ts", TS, False),
         ("host", pa.string(), False),
         ("pid", pa.int64(), False),
+        ("process_start", TS, True),
         ("device", pa.int32(), False),
         ("gpu_uuid", pa.string(), True),
         ("role", pa.string(), True),
@@ -180,8 +181,11 @@ ALLOCATOR_SAMPLES = Table(
         ("dropped", pa.int64(), True),
     ),
     "ts",
-    "PyTorch caching-allocator figures per process and device, from the in-process probe.",
+    "PyTorch caching-allocator figures per process and device, from the in-process probe. "
+    "process_start (as /proc gives it) tells a reused PID's processes apart; NULL from "
+    "probes older than the column.",
     key=("host", "pid", "device", "ts"),
+    optional=("process_start",),
 )
 
 ALLOCATOR_SNAPSHOTS = Table(

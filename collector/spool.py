@@ -51,6 +51,9 @@ def _record(rec: Any, host: str) -> dict[str, Any]:
         "ts": dt.datetime.fromtimestamp(float(rec["ts"]), dt.UTC),
         "host": host,
         "pid": int(rec["pid"]),
+        "process_start": None
+        if rec.get("started") is None
+        else dt.datetime.fromtimestamp(float(rec["started"]), dt.UTC),
         "device": int(rec["device"]),
         "gpu_uuid": None if rec.get("gpu_uuid") is None else str(rec["gpu_uuid"]),
         "role": None if rec.get("role") is None else str(rec["role"])[:64],

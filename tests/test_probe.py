@@ -5,6 +5,7 @@ bucket, and the analyzer reading it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -181,6 +182,18 @@ def test_snapshot_on_trigger(tmp_path: Path) -> None:
     assert len(snaps) == 1 and snaps[0].read_bytes() == b"snapshot"
 
 
+def test_the_probe_reads_its_start_as_the_process_table_does() -> None:
+    """The probe's start time and the collector's for the same process are one value, so
+    the analyzer can match them; a PID reused later has another."""
+    from collector.procfs import ProcFS
+
+    mine = ProcFS().start_time(os.getpid())
+    assert mine is not None
+    probe_says = leakprobe.Probe("unused").started
+    assert probe_says is not None
+    assert dt.datetime.fromtimestamp(probe_says, dt.UTC) == mine  # as the spool converts it
+
+
 def test_role_hints() -> None:
     assert leakprobe.role_hint([], "sglang::scheduler_TP0") == "scheduler"
     assert leakprobe.role_hint([], "sglang::detokenizer") == "detokenizer"
@@ -229,6 +242,7 @@ def _probe_env(spool: Path) -> dict[str, str]:
 
 def test_child_process_records_reach_the_bucket(tmp_path: Path) -> None:
     spool, bucket = tmp_path / "spool", tmp_path / "bucket"
+    before = time.time()
     r = subprocess.run(
         [sys.executable, "-c", CHILD],
         env=_probe_env(spool),
@@ -258,6 +272,16 @@ def test_child_process_records_reach_the_bucket(tmp_path: Path) -> None:
     ).fetchall()
     assert sorted(p for p, _, _ in rows) == sorted([parent, child])
     assert all(n >= 3 and grew for _, n, grew in rows)
+    # each process's records carry its own start, as /proc gave it: the forked child's
+    # is its fork, after the parent's
+    starts = dict(
+        con.execute(
+            "SELECT pid, epoch(min(process_start)) FROM allocator_samples GROUP BY pid "
+            "HAVING count(DISTINCT process_start) = 1 AND count(process_start) = count(*)"
+        ).fetchall()
+    )
+    assert set(starts) == {parent, child}
+    assert before - 1 <= starts[parent] <= starts[child] <= time.time()
     status = con.execute(
         "SELECT status, rows FROM collector_runs WHERE source = 'allocator'"
     ).fetchall()

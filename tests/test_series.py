@@ -212,6 +212,7 @@ def filled() -> tuple[FindingsDocument, dict]:
         {
             "host": ["h1"] * n_alloc,
             "pid": [42] * n_alloc,
+            "process_start": [_ts(T0 - 60)] * n_alloc,
             "device": pa.array([0] * n_alloc, pa.int32()),
             "gpu_index": pa.array([0] * n_alloc, pa.int32()),
             "role": ["rank0"] * n_alloc,

@@ -2,25 +2,36 @@
 -- PyTorch's caching allocator holds (allocated) and has taken from the driver
 -- (reserved) in fixed bins, beside NVML's figure for the same process. A
 -- floor over a bin that contains idle moments is the persistent part.
+-- A process is (host, pid, process_start): a PID the OS hands out again is a new
+-- process. Probes older than process_start wrote none: such a sample belongs to the
+-- process-table lifetime of its PID that started last before it, where there is one.
+CREATE OR REPLACE TABLE alloc_samples AS
+SELECT s.* REPLACE (coalesce(s.process_start, l.process_start) AS process_start)
+FROM allocator_samples s
+ASOF LEFT JOIN (SELECT DISTINCT host, pid, process_start FROM gpu_lifetimes
+                WHERE process_start IS NOT NULL) l
+       ON l.host = s.host AND l.pid = s.pid AND s.ts >= l.process_start;
+
 -- Values that should be one per group (a process's GPU, its role) are taken with
--- min(), not any_value(): where a reused PID makes them two, the pick is the same
--- every run.
+-- min(), not any_value(): the pick is the same every run.
 CREATE OR REPLACE TABLE alloc_devices AS
-SELECT a.host, a.pid, a.device, min(a.gpu_uuid) AS gpu_uuid,
+SELECT a.host, a.pid, a.process_start, a.device, min(a.gpu_uuid) AS gpu_uuid,
        coalesce(
            min(u.gpu_index),
            -- no UUID match: the process's only GPU, if NVML saw it on exactly one
            (SELECT CASE WHEN count(DISTINCT p.gpu_index) = 1 THEN min(p.gpu_index) END
-              FROM gpu_lifetimes p WHERE p.host = a.host AND p.pid = a.pid)
+              FROM gpu_lifetimes p WHERE p.host = a.host AND p.pid = a.pid
+               AND (a.process_start IS NULL OR p.process_start IS NULL
+                    OR p.process_start = a.process_start))
        ) AS gpu_index
-FROM (SELECT DISTINCT host, pid, device, gpu_uuid FROM allocator_samples) a
+FROM (SELECT DISTINCT host, pid, process_start, device, gpu_uuid FROM alloc_samples) a
 LEFT JOIN (SELECT host, gpu_index, gpu_uuid FROM gpu_info WHERE gpu_uuid IS NOT NULL) u
        ON u.host = a.host AND u.gpu_uuid = a.gpu_uuid
-GROUP BY a.host, a.pid, a.device;
+GROUP BY a.host, a.pid, a.process_start, a.device;
 
 CREATE OR REPLACE TABLE alloc_bins AS
 WITH a AS (
-    SELECT host, pid, device,
+    SELECT host, pid, process_start, device,
            to_timestamp(floor(epoch(ts) / $alloc_bin_s) * $alloc_bin_s) AS b,
            min(role) AS role,
            min(allocated_bytes) AS alloc_floor,
@@ -32,8 +43,8 @@ WITH a AS (
            max(ooms) AS ooms,
            max(inactive_split_bytes) AS inactive_split,
            count(*) AS samples
-    FROM allocator_samples
-    GROUP BY host, pid, device, b
+    FROM alloc_samples
+    GROUP BY host, pid, process_start, device, b
 ),
 n AS (
     SELECT host, pid, gpu_index,
@@ -45,7 +56,9 @@ n AS (
 )
 SELECT a.*, d.gpu_index, n.nvml_floor
 FROM a
-JOIN alloc_devices d USING (host, pid, device)
+JOIN alloc_devices d
+  ON d.host = a.host AND d.pid = a.pid AND d.device = a.device
+ AND d.process_start IS NOT DISTINCT FROM a.process_start
 LEFT JOIN n ON n.host = a.host AND n.pid = a.pid AND n.gpu_index = d.gpu_index AND n.b = a.b;
 
 -- Per process and device: medians of the floors in each quarter of its life
@@ -53,11 +66,11 @@ LEFT JOIN n ON n.host = a.host AND n.pid = a.pid AND n.gpu_index = d.gpu_index A
 CREATE OR REPLACE TABLE alloc_trend AS
 WITH q AS (
     SELECT *, epoch(b) AS t,
-           ntile(4) OVER (PARTITION BY host, pid, device ORDER BY b) AS quarter,
-           count(*) OVER (PARTITION BY host, pid, device) AS bins
+           ntile(4) OVER (PARTITION BY host, pid, process_start, device ORDER BY b) AS quarter,
+           count(*) OVER (PARTITION BY host, pid, process_start, device) AS bins
     FROM alloc_bins
 )
-SELECT host, pid, device, min(gpu_index) AS gpu_index, min(role) AS role,
+SELECT host, pid, process_start, device, min(gpu_index) AS gpu_index, min(role) AS role,
        min(b) AS start, max(b) + to_seconds($alloc_bin_s) AS "end", max(bins) AS bins,
        median(alloc_floor) FILTER (WHERE quarter = 1) AS a1,
        median(alloc_floor) FILTER (WHERE quarter = 2) AS a2,
@@ -81,4 +94,4 @@ SELECT host, pid, device, min(gpu_index) AS gpu_index, min(role) AS role,
        arg_max(inactive_split, b) AS inactive_split,
        arg_max(reserved_floor, b) - arg_max(alloc_floor, b) AS cached_last
 FROM q
-GROUP BY host, pid, device;
+GROUP BY host, pid, process_start, device;

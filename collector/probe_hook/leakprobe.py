@@ -7,7 +7,10 @@ the process has initialised CUDA through torch: torch is never imported here,
 only looked up in ``sys.modules``. Then a daemon thread samples, per device,
 what the caching allocator holds (allocated), what it has taken from the
 driver (reserved), the peak, allocation retries, OOMs and inactive split
-bytes, and appends one JSON line per device to a spool folder. Files rotate
+bytes, and appends one JSON line per device to a spool folder. Each line
+carries the process's start time (``started``, the way the collector reads it
+from /proc), so a PID the OS hands out again is a new process to the analyzer.
+Files rotate
 every minute (or at ``max_file_bytes``) and are renamed from ``.jsonl.part``
 to ``.jsonl`` when closed; the collector moves closed files into the bucket.
 
@@ -100,6 +103,34 @@ def torch_snapshot_dump(path: str) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
+def start_seconds(stat: str, btime: float) -> float:
+    """A process's start in Unix seconds from its ``/proc/PID/stat`` text and the boot time:
+    field 22 counts clock ticks since boot (the command name before it may hold spaces).
+    The collector's process table reads it the same way, so the two match."""
+    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def boot_time(proc: str = "/proc") -> float | None:
+    """``btime`` of ``/proc/stat``; None where it cannot be read."""
+    try:
+        with open(os.path.join(proc, "stat"), encoding="utf-8") as f:
+            return next((float(x.split()[1]) for x in f if x.startswith("btime ")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_start() -> float | None:
+    """When this process started (:func:`start_seconds`); None where /proc cannot say."""
+    try:
+        with open("/proc/self/stat", encoding="utf-8") as f:
+            stat = f.read()
+        btime = boot_time()
+        return None if btime is None else start_seconds(stat, btime)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def role_hint(argv: list[str] | None = None, comm: str | None = None) -> str:
     """What this process is in the server, from its title and command line."""
     if comm is None:
@@ -141,6 +172,7 @@ class Probe:
         self.warn = warn or (lambda m: sys.stderr.write(m + "\n"))
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.started = process_start()
         self.role = role_hint()
         self.disabled: str | None = None
         self.dropped = 0
@@ -223,6 +255,8 @@ class Probe:
                     self.dropped += len(devices)
                     return 0
                 common = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
+                if self.started is not None:
+                    common["started"] = self.started
                 common.update(role=self.role, **self._gc())
                 if self.dropped:
                     common["dropped"], self.dropped = self.dropped, 0
