@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzer import tierindex
+from analyzer import memory, tierindex
 from analyzer.findings import QUARANTINED
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
@@ -63,17 +62,6 @@ class Scope:
     @functools.cached_property
     def _folders(self) -> set[str]:
         return layout.host_folders(self.hosts)
-
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)", re.I)
-
-
-def parse_memory_limit(value: str) -> str:
-    """A DuckDB memory limit such as ``2GB`` or ``512MiB``, checked before it reaches SQL."""
-    m = _SIZE.fullmatch(value.strip())
-    if not m:
-        raise ValueError(f"--memory-limit {value!r}: expected a size such as 512MB, 2GB or 1.5GiB")
-    return f"{m.group(1)}{m.group(2).upper().replace('I', 'i')}"
 
 
 def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
@@ -121,6 +109,7 @@ class Opened:
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
+    duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
 
 
 def open_checked(
@@ -154,15 +143,16 @@ def open_checked(
         raise BucketError(f"{path}: no such bucket folder")
     elif not path.is_dir():
         raise BucketError(f"{path}: a bucket is a folder of trace tables")
-    limit = parse_memory_limit(memory_limit) if memory_limit else None
+    budget = memory.parse_memory_limit(memory_limit) if memory_limit else None
     scope = scope or Scope()
     con = con or duckdb.connect()
-    if limit:
-        con.execute(f"SET memory_limit = '{limit}'")  # checked by parse_memory_limit
+    duck = memory.duckdb_share(budget) if budget else None
+    if duck:
+        con.execute(f"SET memory_limit = '{duck}B'")
     con.execute("SET TimeZone = 'UTC'")
     # every rollup binds the views again: footers read once, not per statement
     con.execute("SET parquet_metadata_cache = true")
-    out = Opened(con, {})
+    out = Opened(con, {}, duckdb_memory=duck)
     if s3 is not None:
         stage_dir = stage_dir or _temp_stage()
         out.readable_dirs.append(os.path.abspath(stage_dir))

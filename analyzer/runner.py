@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, coverage, logevents, pods, rollup, series
+from analyzer import __version__, coverage, logevents, memory, pods, rollup, series
 from analyzer.bucket import Scope, lock_down, open_checked
 from analyzer.findings import (
     Finding,
@@ -252,6 +252,11 @@ def _analyze(
     opened = open_checked(bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now)
     lap("open")
     con, files = opened.con, opened.counts
+    if opened.duckdb_memory:
+        say(
+            f"memory: DuckDB may use {memory.mib(opened.duckdb_memory)} of --memory-limit "
+            f"{memory_limit} (the rest is this process's own); past that it spills to disk"
+        )
     for line in opened.skipped:
         say(f"left out: {line}")
     try:

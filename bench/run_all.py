@@ -144,7 +144,7 @@ def table(res: dict[str, Any]) -> str:
     head = (
         f"Fleet week: {b.get('hosts')} hosts, {b.get('gpus')} GPUs, "
         f"{b['rows']['gpu_samples']:,} device samples, {sc['bucket_bytes'] / 2**20:.0f} MiB of Parquet; "
-        f"memory limit {sc['memory_limit']} per connection, batches of {sc['batch_hosts']} hosts; "
+        f"memory limit {sc['memory_limit']} per process, batches of {sc['batch_hosts']} hosts; "
         f"median of {sc['runs']} runs, each in a fresh process. Pack time per host relative to the "
         f"smallest fraction (1.0 = linear): {growth}.\n\n"
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -21,13 +20,13 @@ import click
 
 from analyzer import exitcodes
 from analyzer.categories import SEVERITIES
+from analyzer.memory import parse_memory_limit
 from analyzer.progress import plural
 from collector.atomic import write_atomic
 from collector.clikit import verbosity_level
 from collector.clikit import verbosity_options as verbosity_options_of
 
 FAIL_ON = [*SEVERITIES, "never"]
-_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 
 
 def err(msg: str) -> None:
@@ -132,11 +131,13 @@ def parse_date(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 
 def parse_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """A DuckDB memory size such as 512MB or 2GiB; anything else is a usage error."""
+    """A memory size such as 512MB or 2GiB; anything else is a usage error."""
     if value is None:
         return None
-    if not _SIZE.match(value):
-        raise click.BadParameter(f"{value!r} is not a size such as 512MB, 2GB or 1GiB")
+    try:
+        parse_memory_limit(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a size such as 512MB, 2GB or 1GiB") from None
     return value.strip().replace(" ", "")
 
 
@@ -205,7 +206,9 @@ _RUN_OPTS = [
         "--memory-limit",
         metavar="SIZE",
         callback=parse_size,
-        help="DuckDB memory limit per connection (e.g. 1GB); past it DuckDB spills to disk.",
+        help="Memory for the analysis, per process (e.g. 1GB, as in a container's limit): "
+        "DuckDB gets it less what Python holds and a reserve of 160 MiB, and spills to disk "
+        "past that. Default: DuckDB's own (80% of RAM).",
     ),
     click.option(
         "--batch-hosts",

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.bucket import Scope, open_checked, parse_memory_limit
+from analyzer.bucket import Scope, open_checked
+from analyzer.memory import parse_memory_limit
 from analyzer.runner import RuleOutputError, check_select
 from collector import layout
 from collector.writer import BucketWriter, to_arrow
@@ -248,7 +249,29 @@ def test_memory_limit_never_reaches_sql_unchecked(bucket, tmp_path) -> None:
     with pytest.raises(ValueError):
         open_checked(bucket, memory_limit=crafted)
     assert not target.exists()
-    assert parse_memory_limit(" 1.5 gib ") == "1.5GiB"
+    assert parse_memory_limit(" 1.5 gib ") == 3 * 2**29
+    assert parse_memory_limit("1GB") == 10**9
+
+
+def test_memory_limit_is_the_process_budget_not_duckdbs_alone(bucket) -> None:
+    """DuckDB gets --memory-limit less what the process holds and the Python reserve
+    (a process given all of it to DuckDB went 20 % over), and the run says how much."""
+    from analyzer import memory
+
+    held = memory.resident_bytes()
+    assert held > 0  # /proc/self/status read
+    got = open_checked(bucket, memory_limit="1GB")
+    want = 10**9 - held - memory.PYTHON_RESERVE
+    assert got.duckdb_memory is not None and abs(got.duckdb_memory - want) < 32 * 2**20
+    (setting,) = got.con.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert setting == f"{got.duckdb_memory / 2**20:.1f} MiB"  # what DuckDB was told
+    # a budget under what the process holds still leaves DuckDB a quarter of it
+    assert open_checked(bucket, memory_limit="100MB").duckdb_memory == 25 * 10**6
+    r = _cli("analyze", str(bucket), "--memory-limit", "700MB", "--fail-on", "never")
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "memory: DuckDB may use" in x]
+    share = int(line.split("may use ")[1].split(" MiB")[0])
+    assert 100 < share < (700 * 10**6 - memory.PYTHON_RESERVE) / 2**20, line
 
 
 @pytest.mark.parametrize(
