@@ -61,8 +61,9 @@ def _shift(log: Path) -> int:
     return dropped
 
 
-def writer(log: Path, seed: int, op_every_s: float) -> None:
-    """Append numbered lines until SIGTERM; rotate at random; print the counts as JSON."""
+def writer(log: Path, seed: int, op_every_s: float, counts_to: Path | None = None) -> None:
+    """Append numbered lines until SIGTERM; rotate at random; print the counts as JSON
+    (and after each rotation, replace ``counts_to`` with them)."""
     rnd = random.Random(seed)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -96,6 +97,9 @@ def writer(log: Path, seed: int, op_every_s: float) -> None:
             os.close(fd)
             fd = os.open(log, flags, 0o644)
             counts["same_inode"] += int(os.fstat(fd).st_ino == ino)
+        if counts_to is not None:
+            counts_to.with_suffix(".tmp").write_text(json.dumps(counts))
+            os.replace(counts_to.with_suffix(".tmp"), counts_to)
     os.close(fd)
     print(json.dumps(counts), flush=True)
 
@@ -146,7 +150,26 @@ def _bucket_lines(bucket: Path) -> tuple[list[int], int, int, list[str]]:
     return sorted(seen.values()), files, rows, bad
 
 
-def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[str, Any]:
+def _rotations(counts: Path) -> int:
+    try:
+        c = json.loads(counts.read_text())
+    except (OSError, ValueError):
+        return 0
+    return int(c["rename"] + c["copytruncate"] + c["recreate"])
+
+
+def log_chaos(
+    work: Path,
+    cycles: int,
+    seed: int,
+    kill_p: float = 0.6,
+    min_rotations: int = 4,
+    max_extra_s: float = 30.0,
+) -> dict[str, Any]:
+    """``cycles`` collector runs, ``kill_p`` of them SIGKILLed, while a writer rotates the
+    log; then more runs until it has rotated ``min_rotations`` times, for at most
+    ``max_extra_s`` seconds: the rotations follow the clock (one per 0.6 s on average),
+    and a fast machine finishes the runs sooner."""
     rnd = random.Random(seed)
     log, bucket, state = work / "logs" / "server.log", work / "bucket", work / "state"
     log.parent.mkdir(parents=True)
@@ -159,16 +182,24 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
     _collector(args).wait(timeout=120)
     # kill within a run's own length, so kills land mid-run on a fast machine too
     run_s = max(0.05, time.monotonic() - t_run)
+    counts_file = work / "writer-counts.json"
     w = subprocess.Popen(
-        [sys.executable, __file__, "writer", str(log), "--seed", str(seed)],
+        [sys.executable, __file__, "writer", str(log), "--seed", str(seed)]
+        + ["--counts", str(counts_file)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
-    kills = 0
+    kills = ran = 0
     t0 = time.monotonic()
     try:
-        for _ in range(cycles):
+        extra_until = None
+        while ran < cycles or _rotations(counts_file) < min_rotations:
+            if ran >= cycles:
+                extra_until = extra_until or time.monotonic() + max_extra_s
+                if time.monotonic() > extra_until:
+                    break
+            ran += 1
             p = _collector(args)
             if rnd.random() < kill_p:
                 time.sleep(rnd.uniform(0.02, 0.9) * run_s)
@@ -193,7 +224,7 @@ def log_chaos(work: Path, cycles: int, seed: int, kill_p: float = 0.6) -> dict[s
         if r["source"] == "logs" and r["error"]
     ]
     return {
-        "cycles": cycles,
+        "cycles": ran,
         "kills": kills,
         "seconds": round(time.monotonic() - t0, 1),
         "lines_written": written,
@@ -367,12 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     wp.add_argument("log", type=Path)
     wp.add_argument("--seed", type=int, default=1)
     wp.add_argument("--op-every", type=float, default=0.6, help="mean seconds between rotations")
+    wp.add_argument("--counts", type=Path, help="replaced with the counts after each rotation")
     ap.add_argument("--cycles", type=int, default=200, help="collector runs, about half SIGKILLed")
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args(argv)
     if a.cmd == "writer":
-        writer(a.log, a.seed, a.op_every)
+        writer(a.log, a.seed, a.op_every, a.counts)
         return 0
     with tempfile.TemporaryDirectory(prefix="leakcollect-chaos-") as tmp:
         work = Path(tmp)
