@@ -53,7 +53,6 @@ ROLLUP_TABLES = (
     "idle_windows",
     "idle_trend",
     "server_info",
-    "alloc_samples",
     "alloc_devices",
     "alloc_bins",
     "alloc_trend",

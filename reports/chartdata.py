@@ -250,8 +250,12 @@ def build_spec(
                 )
             )
             band = (0, 1)
+    reused = {a.pid for a in alloc if sum(b.pid == a.pid for b in alloc) > 1}
     for a in alloc:
         who = f"pid {a.pid}"
+        if a.pid in reused:  # a PID handed out again: which process is which
+            when = dt.datetime.fromtimestamp(a.t[0], dt.UTC)
+            who += f" from {when:%m-%d %H:%M}"
         for name, vs, color in (
             ("allocated", a.allocated, "#039855"),
             ("reserved", a.reserved, "#c11574"),

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.findings import Event, Finding, FindingsDocument, GpuSeries, HostInfo, RunInfo
+from analyzer.findings import (
+    AllocSeries,
+    Event,
+    Finding,
+    FindingsDocument,
+    GpuSeries,
+    HostInfo,
+    RunInfo,
+)
 from collector.atomic import write_atomic
 from reports import browser
 from reports.render import render_report
@@ -525,3 +533,26 @@ def test_write_atomic_makes_files_as_open_would(tmp_path) -> None:
     finally:
         os.umask(mask)
     assert sorted(f.name for f in tmp_path.rglob("*")) == ["sub", "x.json", "y"]
+
+
+def test_a_reused_pid_has_one_legend_entry_per_process() -> None:
+    """Two processes with one PID (a restarted container) are told apart by their start;
+    a PID seen once keeps its plain label."""
+    from reports.chartdata import build_spec
+
+    gpu = _slow_leak(hours=6.0)
+    t0 = gpu.t[0]
+
+    def proc(pid: int, start: float) -> AllocSeries:
+        t = [start + 300.0 * i for i in range(24)]
+        return AllocSeries("slow-00", pid, 0, 0, "scheduler", t, [2**30] * 24, [2**31] * 24,
+                           [None] * 24)  # fmt: skip
+
+    alloc = [proc(4242, t0), proc(4242, t0 + 3 * 3600.0), proc(77, t0)]
+    spec = build_spec("c", "reused", [gpu], [], alloc=alloc)
+    names = [s.name for s in spec.series if s.name.endswith(" allocated")]
+    assert names == [
+        "pid 4242 from 01-15 08:00 allocated",
+        "pid 4242 from 01-15 11:00 allocated",
+        "pid 77 allocated",
+    ]

@@ -5,7 +5,8 @@
 -- A process is (host, pid, process_start): a PID the OS hands out again is a new
 -- process. Probes older than process_start wrote none: such a sample belongs to the
 -- process-table lifetime of its PID that started last before it, where there is one.
-CREATE OR REPLACE TABLE alloc_samples AS
+-- A view: the raw samples are read, never held (a month of them is GBs).
+CREATE OR REPLACE VIEW alloc_samples AS
 SELECT s.* REPLACE (coalesce(s.process_start, l.process_start) AS process_start)
 FROM allocator_samples s
 ASOF LEFT JOIN (SELECT DISTINCT host, pid, process_start FROM gpu_lifetimes
@@ -21,8 +22,10 @@ SELECT a.host, a.pid, a.process_start, a.device, min(a.gpu_uuid) AS gpu_uuid,
            -- no UUID match: the process's only GPU, if NVML saw it on exactly one
            (SELECT CASE WHEN count(DISTINCT p.gpu_index) = 1 THEN min(p.gpu_index) END
               FROM gpu_lifetimes p WHERE p.host = a.host AND p.pid = a.pid
+               -- the probe reads its start once, the collector at every run: a clock
+               -- step in between moves one of them, never by minutes
                AND (a.process_start IS NULL OR p.process_start IS NULL
-                    OR p.process_start = a.process_start))
+                    OR abs(epoch(p.process_start) - epoch(a.process_start)) < 60))
        ) AS gpu_index
 FROM (SELECT DISTINCT host, pid, process_start, device, gpu_uuid FROM alloc_samples) a
 LEFT JOIN (SELECT host, gpu_index, gpu_uuid FROM gpu_info WHERE gpu_uuid IS NOT NULL) u
