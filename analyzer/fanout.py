@@ -229,6 +229,10 @@ def analyze_local(
     batches = -(-len(hosts) // batch_hosts)
     if progress:
         progress(f"{len(hosts)} hosts: analysing them in {batches} batches of {batch_hosts}")
+        if memory_limit:
+            from analyzer.memory import budget_note
+
+            progress(budget_note(memory_limit))
 
     def done(i: int) -> None:
         if progress:

@@ -21,7 +21,8 @@ _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
 # series, modules imported later, query results on their way to Python): 100-130 MiB
 # measured on the 25-host month, with room to spare.
 PYTHON_RESERVE = 160 * 2**20
-MIN_SHARE = 0.25  # DuckDB gets at least this share of a budget smaller than the reserve
+MIN_SHARE = 0.25  # DuckDB's least share of the budget, however much the process holds
+MIN_BUDGET = 64 * 2**20  # less cannot run an analysis (and 0 would mean "no limit")
 
 
 def parse_memory_limit(value: str) -> int:
@@ -29,7 +30,10 @@ def parse_memory_limit(value: str) -> int:
     m = _SIZE.fullmatch(value.strip())
     if not m:
         raise ValueError(f"--memory-limit {value!r}: expected a size such as 512MB, 2GB or 1.5GiB")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if n < MIN_BUDGET:
+        raise ValueError(f"--memory-limit {value!r}: too small; an analysis needs at least 64MiB")
+    return n
 
 
 def resident_bytes() -> int:
@@ -53,3 +57,17 @@ def duckdb_share(budget: int, held: int | None = None) -> int:
 
 def mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
+
+
+def budget_note(limit: str) -> str:
+    """What ``--memory-limit`` means, for runs of several connections (batches, Dask)."""
+    return (
+        f"memory: --memory-limit {limit} per process; each connection's DuckDB gets it less "
+        f"what its process holds and {mib(PYTHON_RESERVE)}, and spills to disk past that"
+    )
+
+
+OUT_OF_MEMORY_HINT = (
+    "DuckDB ran out of memory: raise --memory-limit (DuckDB gets it less what the "
+    "process holds and a 160 MiB reserve), or lower --batch-hosts"
+)

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+import duckdb
 
 from analyzer import exitcodes
 from analyzer.categories import SEVERITIES
-from analyzer.memory import parse_memory_limit
+from analyzer.memory import OUT_OF_MEMORY_HINT, budget_note, parse_memory_limit
 from analyzer.progress import plural
 from collector.atomic import write_atomic
 from collector.clikit import verbosity_level
@@ -206,9 +207,10 @@ _RUN_OPTS = [
         "--memory-limit",
         metavar="SIZE",
         callback=parse_size,
-        help="Memory for the analysis, per process (e.g. 1GB, as in a container's limit): "
-        "DuckDB gets it less what Python holds and a reserve of 160 MiB, and spills to disk "
-        "past that. Default: DuckDB's own (80% of RAM).",
+        help="Memory for the analysis, per process (e.g. 1GB, as in a container's limit; "
+        "at least 64MiB): DuckDB gets it less what Python holds and a reserve of 160 MiB, "
+        "and spills to disk past that. Dask workers: one thread each. Default: DuckDB's "
+        "own (80% of RAM).",
     ),
     click.option(
         "--batch-hosts",
@@ -325,6 +327,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
             pool, closer = dask_executor(opts.scheduler, opts.workers)
             try:
                 say(f"fanning out per host on Dask ({opts.scheduler or 'local cluster'})")
+                if opts.memory_limit:
+                    say(budget_note(opts.memory_limit))
                 doc = analyze_fanout(
                     bucket,
                     packs,
@@ -351,7 +355,11 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
                 batch_hosts=opts.batch_hosts,
                 rule_timeout=opts.rule_timeout,
             )
-    except (BucketError, ValueError, RuntimeError, OSError) as e:
+    except (BucketError, ValueError, RuntimeError, OSError, duckdb.Error) as e:
+        # a rule's own failure is caught per rule; this is the rollups' or the bucket's
+        oom = duckdb.OutOfMemoryException
+        if oom in (type(e), type(e.__cause__)):  # DuckDB's own advice is for SQL users
+            die(f"{OUT_OF_MEMORY_HINT}: {str(e).splitlines()[0]}")
         die(str(e))
     finally:
         say.close()

@@ -251,6 +251,8 @@ def test_memory_limit_never_reaches_sql_unchecked(bucket, tmp_path) -> None:
     assert not target.exists()
     assert parse_memory_limit(" 1.5 gib ") == 3 * 2**29
     assert parse_memory_limit("1GB") == 10**9
+    with pytest.raises(ValueError, match="too small"):  # 0 would have meant no limit at all
+        parse_memory_limit("0MB")
 
 
 def test_memory_limit_is_the_process_budget_not_duckdbs_alone(bucket) -> None:
@@ -264,7 +266,8 @@ def test_memory_limit_is_the_process_budget_not_duckdbs_alone(bucket) -> None:
     want = 10**9 - held - memory.PYTHON_RESERVE
     assert got.duckdb_memory is not None and abs(got.duckdb_memory - want) < 32 * 2**20
     (setting,) = got.con.execute("SELECT current_setting('memory_limit')").fetchone()
-    assert setting == f"{got.duckdb_memory / 2**20:.1f} MiB"  # what DuckDB was told
+    value, unit = setting.split()  # what DuckDB was told, as it shows it (one decimal)
+    assert unit == "MiB" and abs(float(value) - got.duckdb_memory / 2**20) <= 0.1
     # a budget under what the process holds still leaves DuckDB a quarter of it
     assert open_checked(bucket, memory_limit="100MB").duckdb_memory == 25 * 10**6
     r = _cli("analyze", str(bucket), "--memory-limit", "700MB", "--fail-on", "never")
@@ -342,3 +345,19 @@ def test_ctrl_c_stops_a_runaway_rule_within_two_seconds(bucket, tmp_path) -> Non
             p.wait()
     assert took <= 2.0, f"Ctrl-C took {took:.1f}s"
     assert p.returncode != 0 and "Traceback" not in rest, rest[-2000:]
+
+
+def test_duckdb_out_of_memory_is_one_line_naming_the_option(bucket, monkeypatch) -> None:
+    """DuckDB running out of its share ends the run with exit 2 and one line that says
+    to raise --memory-limit, not a traceback or DuckDB's advice to SQL users."""
+    from click.testing import CliRunner
+
+    from analyzer import memory
+    from leakreport.cli import cli
+
+    monkeypatch.setattr(memory, "MIN_SHARE", 0.01)  # DuckDB gets well under 1 MiB
+    r = CliRunner().invoke(cli, ["analyze", str(bucket), "--memory-limit", "64MiB", "-q"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    (line,) = [x for x in r.output.splitlines() if x.startswith("leakreport:")]
+    assert "ran out of memory: raise --memory-limit" in line and "Out of Memory" in line
+    assert "SET memory_limit" not in r.output
