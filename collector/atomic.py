@@ -17,11 +17,17 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool
     """Write ``data`` to ``path`` through a temporary file in the same folder and rename it.
 
     Creates missing parent folders. Raises OSError (full disk, no permission) after
-    removing the temporary file.
+    removing the temporary file. A symlink is followed (the file it names is replaced, the
+    link stays); a device, FIFO or socket (``--out /dev/stdout``) is written to, never
+    replaced.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = Path(os.path.realpath(path))
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    if target.exists() and not target.is_file() and not target.is_dir():
+        with open(target, "wb") as special:
+            special.write(raw)
+        return Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     # created like open() would (0666 less the umask: readable by whoever reads the bucket),
     # not mkstemp's 0600; under a fresh random name, so no writer ever opens another's
     tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
@@ -37,4 +43,4 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return target
+    return Path(path)

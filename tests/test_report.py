@@ -535,6 +535,31 @@ def test_write_atomic_makes_files_as_open_would(tmp_path) -> None:
     assert sorted(f.name for f in tmp_path.rglob("*")) == ["sub", "x.json", "y"]
 
 
+def test_write_atomic_writes_through_links_and_into_fifos(tmp_path) -> None:
+    """`--out` on a symlink replaces the file it names and keeps the link; on a FIFO (or
+    a device: /dev/stdout) it writes into it instead of renaming a file over it."""
+    import os
+    import threading
+
+    from collector.atomic import write_atomic
+
+    real = tmp_path / "real.html"
+    real.write_text("old")
+    (tmp_path / "link.html").symlink_to(real)
+    write_atomic(tmp_path / "link.html", "new")
+    assert (tmp_path / "link.html").is_symlink() and real.read_text() == "new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_atomic(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"]
+    assert fifo.exists() and not fifo.is_file()  # still a FIFO
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["link.html", "pipe", "real.html"]
+
+
 def test_a_reused_pid_has_one_legend_entry_per_process() -> None:
     """Two processes with one PID (a restarted container) are told apart by their start;
     a PID seen once keeps its plain label."""
