@@ -112,6 +112,24 @@ class Opened:
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
 
 
+def check_bucket(bucket: str | os.PathLike[str]) -> Any:
+    """The S3 file system of an ``s3://`` bucket (None for a folder), once it is known
+    to be there: BucketError naming it otherwise."""
+    if is_s3(bucket):
+        try:
+            s3 = s3_filesystem()
+            s3.get_file_info(s3_root(str(bucket)).split("/")[0])
+        except Exception as e:  # pyarrow raises OSError or ArrowException subclasses
+            raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
+        return s3
+    path = Path(bucket)
+    if not path.exists():
+        raise BucketError(f"{path}: no such bucket folder")
+    if not path.is_dir():
+        raise BucketError(f"{path}: a bucket is a folder of trace tables")
+    return None
+
+
 def open_checked(
     bucket: str | os.PathLike[str],
     scope: Scope | None = None,
@@ -132,17 +150,7 @@ def open_checked(
     through three times the requests).
     """
     path = Path(bucket)
-    s3 = None
-    if is_s3(bucket):
-        try:
-            s3 = s3_filesystem()
-            s3.get_file_info(s3_root(str(bucket)).split("/")[0])
-        except Exception as e:  # pyarrow raises OSError or ArrowException subclasses
-            raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
-    elif not path.exists():
-        raise BucketError(f"{path}: no such bucket folder")
-    elif not path.is_dir():
-        raise BucketError(f"{path}: a bucket is a folder of trace tables")
+    s3 = check_bucket(bucket)
     budget = memory.parse_memory_limit(memory_limit) if memory_limit else None
     scope = scope or Scope()
     con = con or duckdb.connect()

@@ -31,7 +31,7 @@ from analyzer import rollup, tierindex
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import SCHEMA_VERSION
-from collector.store import is_s3, s3_filesystem, s3_root
+from collector.store import s3_root
 
 TIER_FORMAT = 2
 # tier table -> (the rollup table it stores, the raw table it is derived from)
@@ -157,11 +157,12 @@ def build(
     """Derive the tier for every finished host-day (days before ``before``, default
     today UTC) whose tier is missing or stale; stale files are then deleted. Then the
     footer-check index of the finished days is brought up to date (:mod:`analyzer.tierindex`)."""
+    from analyzer.bucket import check_bucket
     from analyzer.compact import groups
     from analyzer.staging import stage as _stage
 
     before = before or dt.datetime.now(dt.UTC).date()
-    fs = s3_filesystem() if is_s3(bucket) else None
+    fs = check_bucket(bucket)
     root = s3_root(str(bucket)) if fs is not None else str(bucket)
     width = _width(overrides)
     stmts = statements()

@@ -76,11 +76,12 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     Example (daily cron):
       leakreport compact /data/traces && leakreport rollup /data/traces
     """
+    from analyzer.bucket import BucketError
     from analyzer.tier import build
 
     try:
         res = build(bucket, before, progress=console())
-    except (OSError, RuntimeError) as e:
+    except (BucketError, OSError, RuntimeError) as e:
         die(str(e))
     click.echo(f"{res.built} host-days derived, {res.current} already current")
     for line in res.skipped or []:

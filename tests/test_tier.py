@@ -189,6 +189,24 @@ def test_rollup_command(bucket) -> None:
     assert "0 host-days derived, 2 already current" in r.stdout
 
 
+def test_rollup_of_no_bucket_fails_naming_it(tmp_path) -> None:
+    """A mistyped bucket in a cron line is an error (exit 2), not "0 host-days derived"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a-file").write_text("")
+    for bucket, why in (
+        (tmp_path / "nope", "no such bucket folder"),
+        (tmp_path / "a-file", "a bucket is a folder"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "leakreport", "rollup", str(bucket)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 2 and f"{bucket}: {why}" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and "derived" not in r.stdout
+
+
 def _trend(n: int, slope_bph: float) -> tuple[float, float]:
     """idle_trend's slope (bytes/h) over n idle windows on a line with outliers, and seconds."""
     import time
