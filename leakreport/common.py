@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import duckdb
 
 from analyzer import exitcodes
 from analyzer.categories import SEVERITIES
-from analyzer.memory import OUT_OF_MEMORY_HINT, budget_note, parse_memory_limit
+from analyzer.memory import OUT_OF_MEMORY_HINT, TooSmall, budget_note, parse_memory_limit
 from analyzer.progress import plural
 from collector.atomic import write_atomic
 from collector.clikit import verbosity_level
@@ -137,6 +136,10 @@ def parse_size(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         return None
     try:
         parse_memory_limit(value)
+    except TooSmall:
+        raise click.BadParameter(
+            f"{value!r} is too small: an analysis needs at least 512MB"
+        ) from None
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a size such as 512MB, 2GB or 1GiB") from None
     return value.strip().replace(" ", "")
@@ -208,7 +211,7 @@ _RUN_OPTS = [
         metavar="SIZE",
         callback=parse_size,
         help="Memory for the analysis, per process (e.g. 1GB, as in a container's limit; "
-        "at least 64MiB): DuckDB gets it less what Python holds and a reserve of 160 MiB, "
+        "at least 512MB): DuckDB gets it less what Python holds and a reserve of 160 MiB, "
         "and spills to disk past that. Dask workers: one thread each. Default: DuckDB's "
         "own (80% of RAM).",
     ),
@@ -299,6 +302,8 @@ def load_packs(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any
 
 def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = None) -> Any:
     """Run the packs over the bucket; usage and bucket errors end the command (exit 2)."""
+    import duckdb
+
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import parse_param_overrides
 

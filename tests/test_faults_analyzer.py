@@ -253,6 +253,10 @@ def test_memory_limit_never_reaches_sql_unchecked(bucket, tmp_path) -> None:
     assert parse_memory_limit("1GB") == 10**9
     with pytest.raises(ValueError, match="too small"):  # 0 would have meant no limit at all
         parse_memory_limit("0MB")
+    r = _cli("analyze", str(bucket), "--memory-limit", "300MB", "-q")
+    assert (
+        r.returncode == 2 and "'300MB' is too small: an analysis needs at least 512MB" in r.stderr
+    )
 
 
 def test_memory_limit_is_the_process_budget_not_duckdbs_alone(bucket) -> None:
@@ -269,7 +273,7 @@ def test_memory_limit_is_the_process_budget_not_duckdbs_alone(bucket) -> None:
     value, unit = setting.split()  # what DuckDB was told, as it shows it (one decimal)
     assert unit == "MiB" and abs(float(value) - got.duckdb_memory / 2**20) <= 0.1
     # a budget under what the process holds still leaves DuckDB a quarter of it
-    assert open_checked(bucket, memory_limit="100MB").duckdb_memory == 25 * 10**6
+    assert memory.duckdb_share(2**30, held=2**30) == 2**28
     r = _cli("analyze", str(bucket), "--memory-limit", "700MB", "--fail-on", "never")
     assert r.returncode == 0, r.stderr
     (line,) = [x for x in r.stderr.splitlines() if "memory: DuckDB may use" in x]
@@ -355,8 +359,9 @@ def test_duckdb_out_of_memory_is_one_line_naming_the_option(bucket, monkeypatch)
     from analyzer import memory
     from leakreport.cli import cli
 
-    monkeypatch.setattr(memory, "MIN_SHARE", 0.01)  # DuckDB gets well under 1 MiB
-    r = CliRunner().invoke(cli, ["analyze", str(bucket), "--memory-limit", "64MiB", "-q"])
+    monkeypatch.setattr(memory, "PYTHON_RESERVE", 2**40)  # DuckDB gets its least share ...
+    monkeypatch.setattr(memory, "MIN_SHARE", 0.01)  # ... of 5 MiB
+    r = CliRunner().invoke(cli, ["analyze", str(bucket), "--memory-limit", "512MiB", "-q"])
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     (line,) = [x for x in r.output.splitlines() if x.startswith("leakreport:")]
     assert "ran out of memory: raise --memory-limit" in line and "Out of Memory" in line
