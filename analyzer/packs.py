@@ -250,6 +250,24 @@ def load_packs(extra: list[str | Path] | None = None, *, builtin: bool = True) -
     return packs
 
 
+def param_type_error(name: str, default: Any, value: Any) -> str | None:
+    """Why ``value`` cannot stand in for a parameter whose default is ``default`` (a number
+    for a number, true/false for a flag, a list for a list); None when it can. A rule
+    given a string where it compares numbers would fail and its findings go missing."""
+
+    def kind(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true or false"
+        if isinstance(v, int | float):
+            return "a number"
+        return "a list" if isinstance(v, list) else "text"
+
+    want, got = kind(default), kind(value)
+    if want == got or want == "text":
+        return None
+    return f"{name}={value!r}: expected {want} (the default is {default!r})"
+
+
 def parse_param_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     """``RULE.key=value`` items into {rule: {key: value}}; values read as TOML."""
     out: dict[str, dict[str, Any]] = {}

@@ -304,8 +304,9 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     """Run the packs over the bucket; usage and bucket errors end the command (exit 2)."""
     import duckdb
 
+    from analyzer import rollup
     from analyzer.bucket import BucketError, Scope
-    from analyzer.packs import parse_param_overrides
+    from analyzer.packs import param_type_error, parse_param_overrides
 
     say = progress if progress is not None else console()
     bucket_path(bucket)
@@ -317,13 +318,20 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     known = {r.id: r for p in packs for r in p.rules}
     for rule_id, kv in overrides.items():
         if rule_id == "rollup":
-            continue
-        if rule_id not in known:
+            defaults = rollup.DEFAULTS
+        elif rule_id not in known:
             die(f"--param: no rule {rule_id!r} (see `leakreport rules list`)")
-        for k in kv:
-            if k not in known[rule_id].params:
-                have = ", ".join(known[rule_id].params) or "none"
-                die(f"--param: rule {rule_id} has no parameter {k!r} (it has: {have})")
+        else:
+            defaults = known[rule_id].params
+        for k, v in kv.items():
+            if k not in defaults:
+                have = ", ".join(defaults) or "none"
+                die(f"--param: {rule_id} has no parameter {k!r} (it has: {have})")
+            wrong = param_type_error(f"{rule_id}.{k}", defaults[k], v)
+            if wrong:
+                die(f"--param {wrong}")
+    if opts.since and opts.until and opts.since > opts.until:
+        die(f"--since {opts.since} is after --until {opts.until}: no day is in between")
     scope = Scope(opts.since, opts.until, list(opts.hosts))
     try:
         if opts.executor == "dask":

@@ -73,6 +73,16 @@ def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
         (["analyze", "{bucket}", "--param", "GM001.nope=1"], "has no parameter 'nope'"),
         (["analyze", "{bucket}", "--param", "ZZ9.x=1"], "no rule 'ZZ9'"),
         (["analyze", "{bucket}", "--param", "garbage"], "RULE.key=value"),
+        # a rule comparing numbers given text would fail and its findings go missing
+        (["analyze", "{bucket}", "--param", "GM001.min_growth_mib=abc"], "expected a number"),
+        (["analyze", "{bucket}", "--param", "GM001.min_growth_mib=true"], "expected a number"),
+        (["analyze", "{bucket}", "--param", "GM001.min_growth_mib="], "expected a number"),
+        (["analyze", "{bucket}", "--param", "rollup.bucket_s=fine"], "expected a number"),
+        (["analyze", "{bucket}", "--param", "rollup.nope=1"], "rollup has no parameter 'nope'"),
+        (
+            ["analyze", "{bucket}", "--since", "2026-11-26", "--until", "2026-11-23"],
+            "--since 2026-11-26 is after --until 2026-11-23",
+        ),
         (["analyze", "{bucket}", "--pack", "/nonexistent/pack"], "no such pack"),
         (["analyze", "{bucket}", "--since", "yesterday"], "not a date"),
         (["simulate", "--scenario", "nope", "--out", "{tmp}"], "no scenario 'nope'"),
