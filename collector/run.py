@@ -397,7 +397,13 @@ def _write(
         }
         for src in SOURCES
     ]
-    writer.write("collector_runs", runs)
+    try:
+        result.files += len(writer.write("collector_runs", runs))
+    except OSError as e:  # a run with no data rows meets an unusable bucket here first
+        say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
+        result.code = exitcodes.NOTHING
+        result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
+        return
     result.failures = [(k, "; ".join(ledger.errors[k])) for k in SOURCES if ledger.errors[k]]
     say(
         f"leakcollect: run {result.run_id}: {result.files} files, "

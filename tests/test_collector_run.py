@@ -199,6 +199,21 @@ def test_cli_once_no_gpu_writes_readable_tables(tmp_path, server) -> None:
         pq.read_table(f)
 
 
+def test_a_bucket_that_cannot_be_written_is_one_line_and_exit_2(tmp_path) -> None:
+    """With no source rows to write (no GPU, no logs), the run's own record is the first
+    write: an unusable bucket there is named, exit 2, not a traceback. The file count
+    includes that record."""
+    (tmp_path / "a-file").write_text("")
+    args = ["run", "--once", "--no-gpu", "--state-dir", str(tmp_path / "st"), "--bucket"]
+    r = leakcollect(*args, str(tmp_path / "a-file"))
+    assert r.returncode == exitcodes.NOTHING and "Traceback" not in r.stderr, r.stderr
+    assert f"cannot write to {tmp_path / 'a-file'}" in r.stderr
+    r = leakcollect(*args, str(tmp_path / "b"))
+    assert r.returncode == exitcodes.OK, r.stderr
+    written = len(list((tmp_path / "b").rglob("*.parquet")))
+    assert written == 1 and ": 1 files," in r.stderr, r.stderr
+
+
 def test_second_run_exits_at_once_while_the_lock_is_held(tmp_path) -> None:
     from collector.run import acquire_lock
 
