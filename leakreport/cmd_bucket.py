@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from analyzer import exitcodes
+from analyzer.progress import plural
 from leakreport.common import console, die, err, parse_date, verbosity_options
 
 
@@ -83,7 +84,7 @@ def rollup(bucket: str, before: dt.date | None) -> None:
         res = build(bucket, before, progress=console())
     except (BucketError, OSError, RuntimeError) as e:
         die(str(e))
-    click.echo(f"{res.built} host-days derived, {res.current} already current")
+    click.echo(f"{plural(res.built, 'host-day')} derived, {res.current} already current")
     for line in res.skipped or []:
         err(f"leakreport: incomplete: left out: {line}")
     store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
@@ -108,7 +109,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
     except OSError as e:
         die(f"storing the week findings: {e}")
     err(
-        f"week findings: {res.stored} weeks stored, {res.current} already current, "
+        f"week findings: {plural(res.stored, 'week')} stored, {res.current} already current, "
         f"{len(res.unclean)} not stored (incomplete analysis)"
     )
     for line in res.unclean:
