@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +31,12 @@ FAIL_ON = [*SEVERITIES, "never"]
 
 
 def err(msg: str) -> None:
-    click.echo(msg, err=True)
+    try:
+        click.echo(msg, err=True)
+    except BrokenPipeError:  # stderr's reader left (`2>&1 | head`): the work goes on, unheard
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())  # also for what is still buffered, at exit
+        os.close(devnull)
 
 
 def die(msg: str, code: int = exitcodes.ERROR) -> NoReturn:

@@ -17,6 +17,21 @@ def leakreport(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_reader_of_stderr_that_leaves_does_not_stop_the_work(sim_bucket, tmp_path) -> None:
+    """`... 2>&1 | head -2`: progress lines then meet a closed pipe; the document is still
+    written and the exit code is the analysis's, not a broken pipe's."""
+    out = tmp_path / "doc.json"
+    args = ["analyze", str(sim_bucket[0]), "--format", "json", "--fail-on", "never"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leakreport", *args, "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert p.stderr is not None
+    p.stderr.close()  # before the first progress line
+    assert p.wait(timeout=600) == exitcodes.OK
+    assert json.loads(out.read_text())["findings"]
+
+
 def test_json_to_stdout_progress_to_stderr(sim_bucket) -> None:
     r = leakreport("analyze", str(sim_bucket[0]), "--format", "json", "--fail-on", "never")
     assert r.returncode == exitcodes.OK, r.stderr
