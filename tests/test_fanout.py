@@ -89,13 +89,14 @@ def test_dask_and_batches_via_cli(sim_bucket) -> None:
     assert dask.returncode == 0, dask.stderr[-3000:]
     assert "fanning out per host on Dask" in dask.stderr
     batched = subprocess.run(
-        [*args, "--batch-hosts", "5", "--memory-limit", "500MB"],
+        [*args, "--batch-hosts", "5", "--memory-limit", "600MB"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert batched.returncode == 0, batched.stderr[-3000:]
     assert "batches of 5" in batched.stderr
+    assert "memory: --memory-limit 600MB per process" in batched.stderr  # said once, up front
     a, b, c = json.loads(local.stdout), json.loads(dask.stdout), json.loads(batched.stdout)
     for d in (a, b, c):
         d["run"].pop("generated_at")
