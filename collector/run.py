@@ -339,6 +339,13 @@ def _sample_and_read(
     return _Gathered(tables, cursors, labels, drained, ledger)
 
 
+def _unwritable(cfg: Config, result: RunResult, say: Callable[[str], None], e: OSError) -> None:
+    """Nothing (more) written: the bucket refused a write."""
+    say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
+    result.code = exitcodes.NOTHING
+    result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
+
+
 def _write(
     cfg: Config,
     got: _Gathered,
@@ -367,9 +374,7 @@ def _write(
             result.files += 1
         result.files += len(writer.write("allocator_snapshots", snaps))
     except OSError as e:
-        say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
-        result.code = exitcodes.NOTHING
-        result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
+        _unwritable(cfg, result, say, e)
         return
     try:
         if cfg.logs:
@@ -400,9 +405,7 @@ def _write(
     try:
         result.files += len(writer.write("collector_runs", runs))
     except OSError as e:  # a run with no data rows meets an unusable bucket here first
-        say(f"leakcollect: cannot write to {cfg.bucket}: {e}")
-        result.code = exitcodes.NOTHING
-        result.failures = [("bucket", f"cannot write to {cfg.bucket}: {e}")]
+        _unwritable(cfg, result, say, e)
         return
     result.failures = [(k, "; ".join(ledger.errors[k])) for k in SOURCES if ledger.errors[k]]
     say(
