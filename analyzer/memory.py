@@ -25,6 +25,7 @@ MIN_SHARE = 0.25  # DuckDB's least share of the budget, however much the process
 # Less does not run the analysis of a small fleet within it (300MB peaked at 320 MiB; 0
 # would mean no limit at all).
 MIN_BUDGET = 512 * 10**6
+MIN_BUDGET_TEXT = f"{MIN_BUDGET // 10**6}MB"
 
 
 class TooSmall(ValueError):
@@ -38,7 +39,9 @@ def parse_memory_limit(value: str) -> int:
         raise ValueError(f"--memory-limit {value!r}: expected a size such as 512MB, 2GB or 1.5GiB")
     n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
     if n < MIN_BUDGET:
-        raise TooSmall(f"--memory-limit {value!r}: too small; an analysis needs at least 512MB")
+        raise TooSmall(
+            f"--memory-limit {value!r}: too small; an analysis needs at least {MIN_BUDGET_TEXT}"
+        )
     return n
 
 
@@ -75,5 +78,5 @@ def budget_note(limit: str) -> str:
 
 OUT_OF_MEMORY_HINT = (
     "DuckDB ran out of memory: raise --memory-limit (DuckDB gets it less what the "
-    "process holds and a 160 MiB reserve), or lower --batch-hosts"
+    f"process holds and a {mib(PYTHON_RESERVE)} reserve), or lower --batch-hosts"
 )

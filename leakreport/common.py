@@ -21,7 +21,15 @@ import click
 
 from analyzer import exitcodes
 from analyzer.categories import SEVERITIES
-from analyzer.memory import OUT_OF_MEMORY_HINT, TooSmall, budget_note, parse_memory_limit
+from analyzer.memory import (
+    MIN_BUDGET_TEXT,
+    OUT_OF_MEMORY_HINT,
+    PYTHON_RESERVE,
+    TooSmall,
+    budget_note,
+    mib,
+    parse_memory_limit,
+)
 from analyzer.progress import plural
 from collector.atomic import write_atomic
 from collector.clikit import verbosity_level
@@ -144,7 +152,7 @@ def parse_size(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         parse_memory_limit(value)
     except TooSmall:
         raise click.BadParameter(
-            f"{value!r} is too small: an analysis needs at least 512MB"
+            f"{value!r} is too small: an analysis needs at least {MIN_BUDGET_TEXT}"
         ) from None
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a size such as 512MB, 2GB or 1GiB") from None
@@ -217,9 +225,9 @@ _RUN_OPTS = [
         metavar="SIZE",
         callback=parse_size,
         help="Memory for the analysis, per process (e.g. 1GB, as in a container's limit; "
-        "at least 512MB): DuckDB gets it less what Python holds and a reserve of 160 MiB, "
-        "and spills to disk past that. Dask workers: one thread each. Default: DuckDB's "
-        "own (80% of RAM).",
+        f"at least {MIN_BUDGET_TEXT}): DuckDB gets it less what Python holds and a reserve "
+        f"of {mib(PYTHON_RESERVE)}, and spills to disk past that. Dask workers: one thread "
+        "each. Default: DuckDB's own (80% of RAM).",
     ),
     click.option(
         "--batch-hosts",

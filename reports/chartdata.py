@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from analyzer.findings import AllocSeries, Event, GpuSeries, KvSeries
@@ -250,10 +251,10 @@ def build_spec(
                 )
             )
             band = (0, 1)
-    reused = {a.pid for a in alloc if sum(b.pid == a.pid for b in alloc) > 1}
+    per_pid = Counter(a.pid for a in alloc)
     for a in alloc:
         who = f"pid {a.pid}"
-        if a.pid in reused:  # a PID handed out again: which process is which
+        if per_pid[a.pid] > 1:  # a PID handed out again: which process is which
             when = dt.datetime.fromtimestamp(a.t[0], dt.UTC)
             who += f" from {when:%m-%d %H:%M}"
         for name, vs, color in (
