@@ -20,8 +20,8 @@ new time, and usually a new name as well.
 
 Each day's file is written atomically (a temporary file renamed; one PUT on S3), and only
 when its entries changed. One that is unreadable, of another format, or made for another
-schema or check version (:func:`collector.layout.check_fingerprint`) is ignored: footers are read as if it were
-not there, so it can make an analysis slower, never different.
+schema or check version (:func:`collector.layout.check_fingerprint`) is ignored: footers
+are read as if it were not there, so it can make an analysis slower, never different.
 """
 
 from __future__ import annotations
