@@ -117,6 +117,31 @@ def test_the_tier_is_read_where_current(bucket) -> None:
     assert _doc(bucket) != none
 
 
+def test_stored_rows_are_read_in_place_not_copied_into_memory(bucket) -> None:
+    """With a tier, the per-bucket and per-bin tables are views over the stored files plus
+    the raw rest (a month of them would otherwise fill the memory budget)."""
+    from analyzer import bucket as bucket_mod
+    from analyzer import logevents, rollup
+
+    tier.build(bucket, before=DAY2)
+    opened = bucket_mod.open_checked(bucket, now=NOW)
+    try:
+        logevents.build(opened.con)
+        rollup.build(opened.con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        views = {
+            r[0] for r in opened.con.execute("SELECT view_name FROM duckdb_views()").fetchall()
+        }
+        tables = {
+            r[0] for r in opened.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        }
+    finally:
+        opened.con.close()
+    held = {"gpu_buckets", "metric_norm", "proc_bins"}
+    assert held <= views and not held & tables
+    assert {f"{t}_rest" for t in held} <= tables  # today's rows, derived from raw samples
+    assert "gpu_info" in tables and "gpu_info_rest" not in tables  # summed: a small table
+
+
 @pytest.mark.parametrize("stale_table", sorted(SENTINEL))
 def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket, stale_table: str) -> None:
     none = _doc(bucket)
