@@ -25,8 +25,10 @@ FROM f;
 
 -- Idle windows: consecutive buckets with the GPU near idle and no running
 -- requests (the last activity reading, when fresh), lasting at least
--- $min_idle_s. Their median memory is the idle baseline.
-CREATE OR REPLACE TABLE idle_windows AS
+-- $min_idle_s. Their median memory is the idle baseline. Two statements: the
+-- windows (idle_runs, a temporary table), then whose they are - as one query,
+-- its windows became a CTE read twice, and a month took 1.7 s instead of 1.0 s.
+CREATE OR REPLACE TEMP TABLE idle_runs AS
 WITH kv AS (
     -- the host's peak KV-cache usage per bucket (a window is whole buckets)
     SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi, max(kv_usage) AS kv
@@ -49,11 +51,14 @@ w AS (
     FROM s
     GROUP BY host, gpu_index, grp
     HAVING (max(bi) + 1 - min(bi)) * $bucket_s >= $min_idle_s
-),
-wr AS (
+)
+SELECT * FROM w;
+
+CREATE OR REPLACE TABLE idle_windows AS
+WITH wr AS (
     -- the requests served before each window: the last reading at or before its start
     SELECT w.*, r.cum_requests
-    FROM w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
+    FROM idle_runs w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
 )
 SELECT w.* EXCLUDE (kv_idle, cum_requests),
        coalesce(l.lifetime, 0) AS segment, l.pid, coalesce(l.lifetime_source, 'none') AS lifetime_source,
@@ -68,7 +73,7 @@ LEFT JOIN (
         SELECT w2.host, w2.gpu_index, w2.start,
                arg_max(l.lifetime, (epoch(least(l.last_ts, w2."end")) - epoch(greatest(l.first_ts, w2.start)),
                                     coalesce(l.max_used, -1), l.first_ts, l.lifetime)) AS lifetime
-        FROM w w2 JOIN gpu_lifetimes l
+        FROM idle_runs w2 JOIN gpu_lifetimes l
           ON l.host = w2.host AND l.gpu_index = w2.gpu_index AND l.first_ts < w2."end" AND l.last_ts > w2.start
         GROUP BY ALL
     ) p JOIN gpu_lifetimes l USING (host, gpu_index, lifetime)
@@ -77,3 +82,5 @@ LEFT JOIN (
 -- lifetime's peak: an exited or starting server) is no baseline of that lifetime
 WHERE coalesce(l.lifetime_source, 'process table') = 'process table'
    OR w.low >= $loaded_fraction * l.max_used;
+
+DROP TABLE idle_runs;
