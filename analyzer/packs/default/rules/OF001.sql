@@ -42,9 +42,11 @@ WITH rate AS (
     GROUP BY host, gpu_index
 ),
 recent AS (
-    SELECT g.host, g.gpu_index, max(g.used_max) AS peak, max(g.total) AS total
+    SELECT g.host, g.gpu_index, max(g.used_max) AS peak, max(g.total) AS total, max(g.b_end) AS last_ts
     FROM gpu_buckets g
-    JOIN (SELECT host, gpu_index, max(b) AS last_b FROM gpu_buckets GROUP BY ALL) l USING (host, gpu_index)
+    -- each GPU's last bucket, from its last sample (gpu_info): no second pass over the buckets
+    JOIN (SELECT host, gpu_index, to_timestamp(floor(epoch(last_ts) / s.bucket_s) * s.bucket_s) AS last_b
+          FROM gpu_info, rollup_settings s) l USING (host, gpu_index)
     WHERE g.b >= l.last_b - to_minutes(CAST($recent_minutes AS BIGINT))
     GROUP BY g.host, g.gpu_index
 ),
@@ -53,8 +55,7 @@ f AS (
            greatest(c.total - c.peak, 0) / 1048576 AS headroom_mib,
            c.peak / 1048576 AS recent_peak_mib, c.total / 1048576 AS total_mib,
            greatest(c.total - c.peak, 0) / (r.slope_bps * 3600) AS hours_to_oom,
-           100.0 * c.peak / c.total AS used_pct, r.lifetime_source,
-           (SELECT max(b_end) FROM gpu_buckets x WHERE x.host = r.host AND x.gpu_index = r.gpu_index) AS last_ts
+           100.0 * c.peak / c.total AS used_pct, r.lifetime_source, c.last_ts
     FROM rate r JOIN recent c USING (host, gpu_index)
     WHERE r.slope_bps * 3600 / 1048576 >= $min_rate_mib_per_h
 )
