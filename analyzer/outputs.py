@@ -20,8 +20,7 @@ def markdown(doc: FindingsDocument, limit: int = 20) -> str:
     counts = {s: sum(1 for f in doc.findings if f.severity == s) for s in reversed(SEVERITIES)}
     head = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
     lines = [
-        f"**leakreport**: {head} over {plural(len(doc.hosts), 'host')} "
-        f"({doc.run.data_start or '?'} to {doc.run.data_end or '?'})",
+        f"**leakreport**: {head} over {plural(len(doc.hosts), 'host')} ({data_span(doc, 'to')})",
         "",
     ]
     for f in doc.findings[:limit]:
@@ -39,6 +38,14 @@ def markdown(doc: FindingsDocument, limit: int = 20) -> str:
         lines += ["", "**Not checked** (the analysis is incomplete):"]
         lines += [f"- {r}" for r in reasons]
     return "\n".join(lines) + "\n"
+
+
+def data_span(doc: FindingsDocument, sep: str, none: str = "no GPU memory samples") -> str:
+    """The span the device samples cover, or ``none`` where there were none (logs or
+    allocator-probe samples alone)."""
+    if not (doc.run.data_start or doc.run.data_end):
+        return none
+    return f"{doc.run.data_start or '?'} {sep} {doc.run.data_end or '?'}"
 
 
 def first_remedy(remediation: str) -> str:

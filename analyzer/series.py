@@ -117,7 +117,10 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
 
     gpus = {h: (n, name, first, last) for h, n, name, first, last in _rows(con, "host_gpus")}
     servers = {h: row for h, *row in _rows(con, "host_servers")}
-    for h in sorted(set(gpus) | set(servers)):
+    # every host the analysis read rows of (coverage.build ran first), GPU samples or not:
+    # a host with only server logs or allocator-probe samples is one too
+    seen = {str(c["host"]) for c in doc.coverage}
+    for h in sorted(set(gpus) | set(servers) | seen):
         n, name, first, last = gpus.get(h, (0, None, None, None))
         engine, version, model, mfs, gmu, dfip, tp = servers.get(h, [None] * 7)
         flags: dict[str, object] = {}

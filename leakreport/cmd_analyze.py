@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from analyzer import exitcodes
+from analyzer.outputs import data_span
 from analyzer.progress import plural
 from leakreport.common import (
     EPILOG_EXIT,
@@ -32,7 +33,7 @@ def table(doc: Any) -> str:
     """Findings for people: a header line, one row per finding, then what was not checked."""
     head = (
         f"{plural(len(doc.findings), 'finding')} over {plural(len(doc.hosts), 'host')}"
-        f" ({doc.run.data_start or '?'} .. {doc.run.data_end or '?'})"
+        f" ({data_span(doc, '..')})"
     )
     lines = [head]
     if doc.findings:

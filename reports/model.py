@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from analyzer.categories import CATEGORIES, SEVERITIES
 from analyzer.findings import Finding, FindingsDocument, GpuSeries, RuleStatus
 from analyzer.fleet import GpuVerdict, gpu_verdicts
+from analyzer.outputs import data_span
+from analyzer.progress import plural
 from reports import charts
 from reports.chartdata import build_spec
 from reports.text import LogLine, _label, _merged_logs, first_remedy, format_value, options
@@ -99,6 +101,7 @@ class ReportModel:
     data_range: str
     hosts: int
     gpus: int
+    size: str  # "3 hosts, 24 GPUs"
     verdict: str
     verdict_ok: bool
     severity_counts: list[CountRow]
@@ -270,9 +273,10 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         generated_at=generated_at or doc.run.generated_at,
         analyzer_version=doc.run.analyzer_version,
         bucket=doc.run.bucket,
-        data_range=f"{doc.run.data_start or '?'} → {doc.run.data_end or '?'}",
+        data_range=data_span(doc, "→", "— (no GPU memory samples)"),
         hosts=len(doc.hosts),
         gpus=len(doc.series),
+        size=f"{plural(len(doc.hosts), 'host')}, {plural(len(doc.series), 'GPU')}",
         verdict=_verdict_line(doc, verdicts),
         verdict_ok=not any(v.is_leak for v in verdicts),
         severity_counts=[
@@ -318,7 +322,7 @@ def _host_views(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> list[HostV
                 host=h.host,
                 engine=" ".join(x for x in (h.engine, h.engine_version) if x) or "unknown engine",
                 model=h.model or "unknown model",
-                gpus=f"{h.gpus} × {h.gpu_name}" if h.gpu_name else f"{h.gpus} GPUs",
+                gpus=f"{h.gpus} × {h.gpu_name}" if h.gpu_name else plural(h.gpus, "GPU"),
                 flags=", ".join(f"{k}={v}" for k, v in h.flags.items()),
                 verdict="; ".join(dict.fromkeys(v.verdict for v in vs)) or "no leak found",
                 worst=worst,

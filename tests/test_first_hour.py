@@ -96,6 +96,43 @@ def test_a_complete_clean_analysis_exits_0_and_the_table_has_a_header(small_buck
     assert r.stderr == ""  # -q: nothing but errors
 
 
+def test_hosts_with_only_logs_and_probe_samples_are_counted(tmp_path) -> None:
+    """No device samples, no process table, no start-up lines: the findings' host is
+    still a host of the analysis, and the header says there were no GPU samples."""
+    import shutil
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from simulator.generate import simulate
+
+    b = tmp_path / "bucket"
+    simulate("probe-tensor-leak", b, hosts=1, hours=2, seed=3)
+    for table in b.iterdir():
+        if table.is_dir() and table.name not in ("allocator_samples", "log_lines"):
+            shutil.rmtree(table)
+    starts = r"ServerArgs\(|API server version|LLM engine|Started server|fired up|startup complete"
+    dropped = 0
+    for f in (b / "log_lines").rglob("*.parquet"):  # no line that names the server either
+        t = pq.read_table(f)
+        kept = t.filter(pc.invert(pc.match_substring_regex(t["text"], starts)))
+        dropped += t.num_rows - kept.num_rows
+        pq.write_table(kept.replace_schema_metadata(t.schema.metadata), f)
+    assert dropped
+    r = leakreport("analyze", str(b), "-q")
+    head = r.stdout.splitlines()[0]
+    assert head.startswith("1 finding over 1 host (no GPU memory samples)"), r.stdout
+    assert r.returncode == exitcodes.FINDINGS, r.stderr
+    r = leakreport("analyze", str(b), "-q", "--format", "markdown")
+    assert "over 1 host (no GPU memory samples)" in r.stdout.splitlines()[0], r.stdout
+    doc = tmp_path / "doc.json"
+    leakreport("analyze", str(b), "-q", "--format", "json", "--out", str(doc))
+    assert json.loads(doc.read_text())["hosts"][0]["host"] == "probe-tensor-leak-00"
+    r = leakreport("report", str(doc), "--out", str(tmp_path / "r.html"))
+    assert r.returncode == exitcodes.OK, r.stderr
+    assert "Data — (no GPU memory samples) · 1 host, 0 GPUs" in (tmp_path / "r.html").read_text()
+
+
 def test_progress_goes_to_stderr_in_plain_lines_when_not_a_terminal(small_bucket) -> None:
     r = leakreport("analyze", str(small_bucket), "--format", "json")
     json.loads(r.stdout)
