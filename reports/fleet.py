@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.fleet import Cohort, FleetView, GpuRank
+from analyzer.progress import plural
 from reports.render import _env, assets
 
 BAR_W = 140
@@ -72,6 +73,11 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> s
         .get_template("fleet.html.j2")
         .render(
             v=view,
+            size=(
+                f"{plural(view.hosts, 'host')}, {plural(view.gpus, 'GPU')}, "
+                f"{plural(view.affected_hosts, 'host')} leaking, "
+                f"{plural(sum(c.status == 'new' for c in view.changes), 'finding')} new this week"
+            ),
             rows=rows(view),
             ranking=view.ranking[:top],
             more=max(len(view.ranking) - top, 0),
