@@ -17,7 +17,7 @@ import duckdb
 from analyzer.packs import referenced_params
 
 ROLLUP_DIR = Path(__file__).parent / "rollups"
-_CREATES = re.compile(r"(?:CREATE OR REPLACE (?:TEMP )?(?:TABLE|VIEW|MACRO)|DROP TABLE) (\w+)")
+_CREATES = re.compile(r"CREATE OR REPLACE (?:TEMP )?(?:TABLE|VIEW|MACRO) (\w+)")
 
 # Tunable with --param rollup.KEY=VALUE.
 DEFAULTS: dict[str, Any] = {
@@ -134,7 +134,7 @@ def build(
                 took = round(time.perf_counter() - t0, 4)
                 m = _CREATES.search(stmt)
                 rows = None
-                if m and m.group(0).startswith("CREATE") and " TABLE " in m.group(0):
+                if m and " TABLE " in m.group(0):
                     row = con.execute(f"SELECT count(*) FROM {m.group(1)}").fetchone()
                     rows = int(row[0]) if row else None
                 timings.append(

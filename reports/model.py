@@ -101,7 +101,6 @@ class ReportModel:
     data_range: str
     hosts: int
     gpus: int
-    size: str  # "3 hosts, 24 GPUs"
     verdict: str
     verdict_ok: bool
     severity_counts: list[CountRow]
@@ -110,6 +109,11 @@ class ReportModel:
     sections: list[Section]
     rules: list[RuleStatus]
     gaps: list[str]
+
+    @property
+    def size(self) -> str:
+        """The hosts and GPUs counted, e.g. '3 hosts, 24 GPUs'."""
+        return f"{plural(self.hosts, 'host')}, {plural(self.gpus, 'GPU')}"
 
 
 def _when(f: Finding) -> str:
@@ -276,7 +280,6 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         data_range=data_span(doc, "→", "— (no GPU memory samples)"),
         hosts=len(doc.hosts),
         gpus=len(doc.series),
-        size=f"{plural(len(doc.hosts), 'host')}, {plural(len(doc.series), 'GPU')}",
         verdict=_verdict_line(doc, verdicts),
         verdict_ok=not any(v.is_leak for v in verdicts),
         severity_counts=[
