@@ -46,10 +46,10 @@ ROLLUP_TABLES = (
     "requests",
     "kv_usage",
     "activity",
-    "activity_grid",
     "proc_bins",
     "log_starts",
     "gpu_lifetimes",
+    "idle_segments",
     "idle_windows",
     "idle_trend",
     "server_info",
@@ -116,11 +116,17 @@ def build(
     with_tier: Any = None
     if tier is not None:
         from analyzer import tier as with_tier
+    # the host-days whose idle segments the stored tier holds (analyzer.tierread): none here
+    con.execute("CREATE TABLE IF NOT EXISTS idle_cover (host VARCHAR, dn BIGINT)")
+    checked = False
     for f in rollup_files():
         if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
             params["bucket_s"] = bucket_width(con, params)
         for stmt in _statements(f.read_text(encoding="utf-8")):
             refs = referenced_params(stmt)
+            if with_tier is not None and "idle_cover" in stmt and not checked:
+                with_tier.check_joint(con, params, tier)
+                checked = True
             t0 = time.perf_counter()
             try:
                 read_tier = with_tier is not None and with_tier.rollup_with_tier(

@@ -42,6 +42,30 @@ TIERS: dict[str, tuple[str, str]] = {
     "tier_proc_bins": ("proc_bins", "gpu_processes"),
 }
 SOURCES = tuple(sorted({s for _t, s in TIERS.values()}))
+# tier tables made from several raw tables of a host-day at once, by the chain of rollup
+# statements that leads to them: the idle segments (03_idle_windows.sql), from the device
+# samples, metrics and server log lines (their batch-stats events) of the host-day.
+JOINT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tier_idle_segments": ("idle_segments", ("gpu_samples", "metric_samples", "log_lines")),
+}
+JOINT_SOURCES = {s for _t, sources in JOINT.values() for s in sources}
+JOINT_CHAIN = (
+    "gpu_buckets",
+    "metric_norm",
+    "kv_usage",
+    "activity",
+    "activity_grid",
+    "idle_segments",
+)
+ALL_TIERS = (*TIERS, *JOINT)
+PARSER = (
+    "logevents.py",
+    "logparse.py",
+    "logformats.py",
+    "logstamps.py",
+    "logread.py",
+)  # log lines -> events
+JOINT_TABLES = {t for t, _s in JOINT.values()}
 HASH_KEY = b"leakreport.tier_sql_hash"
 SOURCES_KEY = b"leakreport.tier_sources"
 WIDTH_KEY = b"leakreport.tier_bucket_s"
@@ -50,14 +74,14 @@ DAY = dt.timedelta(days=1)
 
 
 def statements() -> dict[str, str]:
-    """The rollup statements the tier stores, by the table they create."""
+    """The rollup statements the tier runs, by the table they create (in file order)."""
     out: dict[str, str] = {}
-    wanted = {t for t, _s in TIERS.values()}
+    wanted = {t for t, _s in TIERS.values()} | set(JOINT_CHAIN)
     for f in rollup.rollup_files():
         for stmt in rollup._statements(f.read_text(encoding="utf-8")):
-            for table in wanted:
-                if f"CREATE OR REPLACE TABLE {table} AS" in stmt:
-                    out[table] = stmt
+            m = rollup._CREATES.search(stmt)
+            if m and m.group(1) in wanted and "MACRO" not in m.group(0):
+                out[m.group(1)] = stmt
     missing = wanted - set(out)
     if missing:
         raise RuntimeError(f"no rollup statement creates {', '.join(sorted(missing))}")
@@ -69,16 +93,45 @@ def build_params(width: float) -> dict[str, Any]:
     return {**rollup.DEFAULTS, "bucket_s": width}
 
 
+def chain(tier_table: str, stmts: dict[str, str] | None = None) -> list[str]:
+    """The statements that make one tier table, in order."""
+    stmts = stmts or statements()
+    if tier_table in JOINT:
+        return [stmts[t] for t in JOINT_CHAIN]
+    return [stmts[TIERS[tier_table][0]]]
+
+
+def chain_params(tier_table: str) -> set[str]:
+    return {k for stmt in chain(tier_table) for k in referenced_params(stmt)}
+
+
 def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
-    """What makes one tier table's file current: its statement, the parameter values it
-    uses, how tier and raw combine, the schema version and the tier format."""
-    table, source = TIERS[tier_table]
-    stmt = statements()[table]
+    """What makes one tier table's file current: its statements, the parameter values they
+    use, how tier and raw combine, the schema version and the tier format."""
+    table, source = TIERS.get(tier_table) or (JOINT[tier_table][0], "+".join(JOINT[tier_table][1]))
+    stmts = chain(tier_table)
     params = build_params(width)
-    used = ",".join(f"{k}={params[k]!r}" for k in sorted(referenced_params(stmt)))
-    h = hashlib.sha256(f"{TIER_FORMAT}/{SCHEMA_VERSION}/{source}/{used}\n{stmt}\n".encode())
+    used = ",".join(f"{k}={params[k]!r}" for k in sorted(chain_params(tier_table)))
+    body = "\n".join(stmts)
+    h = hashlib.sha256(f"{TIER_FORMAT}/{SCHEMA_VERSION}/{source}/{used}\n{body}\n".encode())
     h.update((COMBINE_DIR / f"{table}.sql").read_bytes())
+    if "log_lines" in JOINT.get(tier_table, ("", ()))[1]:
+        for name in PARSER:  # a changed log parser can find other batch-stats events
+            h.update((Path(__file__).parent / name).read_bytes())
     return h.hexdigest()[:32]
+
+
+def check_joint(con: duckdb.DuckDBPyConnection, params: dict[str, Any], use: TierUse) -> None:
+    """Before the rollups first read ``idle_cover``: where the analysis runs the chain of a
+    joint tier table with other parameters than it was made with, that table is derived
+    from raw samples for every host-day (no host-day is covered)."""
+    made = build_params(use.width)
+    for tier_table, (table, _s) in JOINT.items():
+        if table in use.tables and any(
+            float(params[k]) != float(made[k]) for k in chain_params(tier_table)
+        ):
+            use.tables.discard(table)
+            con.execute("DELETE FROM idle_cover")
 
 
 def sources_hash(entries: list[layout.Entry]) -> str:
@@ -123,8 +176,8 @@ def current_tier(
     """(day, host folder) -> tier table -> (file, sources hash), for files made by the current
     SQL. ``index``: hashes stored by :func:`tierindex.refresh`, used where the file is the same."""
     out: Current = {}
-    entries = [e for t in TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
-    want = {t: sql_hash(width, t) for t in TIERS}
+    entries = [e for t in ALL_TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
+    want = {t: sql_hash(width, t) for t in ALL_TIERS}
     if index is not None:
         metas = index.tier_meta(entries, lambda e: _tier_meta(e, fs))
     elif fs is None:  # local footers: one after the other beats a thread pool (0.05 s vs 0.10 s)
@@ -166,8 +219,9 @@ def build(
     root = s3_root(str(bucket)) if fs is not None else str(bucket)
     width = _width(overrides)
     stmts = statements()
-    hashes = {t: sql_hash(width, t) for t in TIERS}
+    hashes = {t: sql_hash(width, t) for t in ALL_TIERS}
     res = Result(skipped=[])
+    good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)
     have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
     built: set[tuple[dt.date, str]] = set()
@@ -176,13 +230,16 @@ def build(
     con.execute("SET TimeZone = 'UTC'")
     with con, tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
         for (source, day, host_dir), entries in sorted(
-            groups(root, before, fs, list(SOURCES)).items()
+            groups(root, before, fs, sorted({*SOURCES, *JOINT_SOURCES})).items()
         ):
             good, bad = layout.live(index.checks(entries, lambda es: layout.check_all(es, fs)))
             assert res.skipped is not None
             res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
             if not good:
                 continue
+            good_of[(source, day, host_dir)] = [c.entry for c in good]
+            if source not in SOURCES:
+                continue  # read by a joint tier table only
             seen.add((day, host_dir))
             src_hash = sources_hash([c.entry for c in good])
             if _is_current(have.get((day, host_dir), {}), source, src_hash):
@@ -192,25 +249,31 @@ def build(
                 paths = _stage(fs, paths, stage)
             _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
             built.add((day, host_dir))
-            _delete_old(root, fs, source, day, host_dir, hashes, src_hash)
+            _delete_old(root, fs, _of(source), day, host_dir, hashes, src_hash)
             if progress:
                 progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
+        from analyzer import tierjoint
+
+        for day, host_dir in tierjoint.build(
+            con, bucket, root, fs, before, good_of, have, stmts, width, hashes, stage, progress
+        ):
+            built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
-    tierindex.refresh(root, fs, before, index, list(TIERS), lambda e: _tier_meta(e, fs))
+    tierindex.refresh(root, fs, before, index, list(ALL_TIERS), lambda e: _tier_meta(e, fs))
     return res
 
 
 def _delete_old(
     root: str,
     fs: Any,
-    source: str,
+    tables: list[str],
     day: dt.date,
     host_dir: str,
     hashes: dict[str, str],
     src_hash: str,
 ) -> None:
-    """Tier files of this host-day and source other than the ones just written."""
-    for t in _of(source):
+    """Tier files of this host-day and these tier tables other than the ones just written."""
+    for t in tables:
         want = hashes[t]
         for e in layout.list_entries(root, t, fs, lambda d: d == day):
             if e.host_dir != host_dir:
@@ -274,6 +337,15 @@ def rollup_with_tier(
     for table in use.tables:
         if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
             continue
+        if table in JOINT_TABLES:
+            # the statement itself leaves out the host-days the tier covers (idle_cover),
+            # whose parameters rollup.build checked before the first use of idle_cover
+            con.execute(
+                stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1),
+                {k: params[k] for k in referenced_params(stmt)} or None,
+            )
+            con.execute((COMBINE_DIR / f"{table}.sql").read_text("utf-8"))
+            return True
         source = next(s for t, s in TIERS.values() if t == table)
         made = build_params(use.width)
         refs = referenced_params(stmt)

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from analyzer import tierjoint
 from analyzer.tier import (
     DAY,
     SOURCES,
@@ -64,6 +65,7 @@ def attach(
     if not tier:
         return None
     use = TierUse(width, 0, 0)
+    misaligned_in: dict[str, set[str]] = {}
     raw_days: set[tuple[dt.date, str]] = set()
     all_days: set[tuple[dt.date, str]] = set()
     for source in SOURCES:
@@ -74,6 +76,7 @@ def attach(
         all_days |= set(by_day)
         # a host with any file outside its day is read raw for this table: exact groups
         misaligned = {c.entry.host_dir for c in checks if not _aligned(c)}
+        misaligned_in[source] = misaligned
         covered: list[layout.Entry] = []
         rest: list[str] = []
         for key, idx in by_day.items():
@@ -100,6 +103,18 @@ def attach(
             use.tables.add(TIERS[tier_table][0])
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
         con.execute(f"CREATE OR REPLACE VIEW {source}_rest AS {rest_sql}")
+    tierjoint.cover(
+        con,
+        tier,
+        good,
+        lambda c: (
+            c.entry.host_dir not in misaligned_in.get(c.entry.table, set())
+            and _aligned(c)
+            and usable(c)
+        ),
+        stage if fs is not None else None,
+        use,
+    )
     if not use.tables:
         return None
     use.raw_host_days = len(raw_days)

@@ -48,7 +48,7 @@ def _doc(bucket: Path, said: list[str] | None = None) -> str:
 
 
 def _tier_files(bucket: Path) -> list[Path]:
-    return sorted(p for t in tier.TIERS for p in (bucket / t).rglob("*.parquet"))
+    return sorted(p for t in tier.ALL_TIERS for p in (bucket / t).rglob("*.parquet"))
 
 
 def test_findings_identical_with_no_partial_and_full_tier(bucket) -> None:
@@ -74,6 +74,7 @@ SENTINEL = {
     "tier_gpu_buckets": ("used_max", "SELECT max(used_max) FROM gpu_buckets"),
     "tier_metric_norm": ("value", "SELECT max(value) FROM metric_norm"),
     "tier_proc_bins": ("used_max", "SELECT max(used_max) FROM proc_bins"),
+    "tier_idle_segments": ("high", "SELECT max(high) FROM idle_windows"),
 }
 BIG = 7 * 10**15
 
@@ -193,7 +194,7 @@ def test_late_data_makes_the_day_raw_until_rebuilt(bucket) -> None:
 
 def test_tier_files_follow_the_layout(bucket) -> None:
     tier.build(bucket, before=DAY2)
-    for t in tier.TIERS:
+    for t in tier.ALL_TIERS:
         entries = layout.list_entries(str(bucket), t)
         assert {e.day for e in entries} == {dt.date(2026, 11, 23)}
         for e in entries:
@@ -372,7 +373,7 @@ def test_the_index_opens_the_same_bucket_without_reading_footers(bucket, monkeyp
         layout, "check_file", lambda e, *a: checks.append(e.path) or real_check(e, *a)
     )
     assert _opened(bucket) == without
-    assert without["tier"] == (4, 0, {r for r, _s in tier.TIERS.values()})
+    assert without["tier"] == (4, 0, {r for r, _s in tier.TIERS.values()} | tier.JOINT_TABLES)
     assert checks == [] and reads == []  # every file is of a finished day: all indexed
     monkeypatch.undo()
     assert _doc(bucket) == _without_index(bucket, _doc)

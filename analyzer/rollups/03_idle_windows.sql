@@ -1,13 +1,29 @@
 -- The host's running requests at the end of each bucket: the last reading
 -- before it, carried forward while fresh ($activity_stale_s; $log_activity_stale_s
 -- for a reading from batch-stats log lines alone, which stop at idle) - a
--- bucket-grid join, not an ASOF join per GPU bucket.
-CREATE OR REPLACE TABLE activity_grid AS
-WITH grid AS (SELECT DISTINCT host, bi FROM gpu_buckets),
+-- bucket-grid join, not an ASOF join per GPU bucket. Only for the buckets whose
+-- idle state is derived in this run: those of host-days the stored tier does not
+-- cover (idle_cover; empty without a tier), and those near a midnight, where a
+-- reading of one day is still fresh in the next day's first buckets. A step of the
+-- idle windows only (a temporary table).
+CREATE OR REPLACE TEMP TABLE activity_grid AS
+WITH grid AS (
+    SELECT DISTINCT g.host, g.bi FROM gpu_buckets g
+    LEFT JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(g.bi * $bucket_s / 86400) AS BIGINT)
+    WHERE c.dn IS NULL
+       OR g.bi * $bucket_s - c.dn * 86400 NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s)
+                                          AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
+),
 a AS (
-    SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi,
-           arg_max(running, ts) AS running, max(ts) AS ts, arg_max(from_log, ts) AS from_log
-    FROM activity GROUP BY ALL
+    -- the readings of those buckets (a covered host-day's near its ends only)
+    SELECT x.host, CAST(floor(epoch(x.ts) / $bucket_s) AS BIGINT) AS bi,
+           arg_max(x.running, x.ts) AS running, max(x.ts) AS ts, arg_max(x.from_log, x.ts) AS from_log
+    FROM activity x
+    LEFT JOIN idle_cover c ON c.host = x.host AND c.dn = CAST(floor(epoch(x.ts) / 86400) AS BIGINT)
+    WHERE c.dn IS NULL
+       OR epoch(x.ts) - c.dn * 86400 NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s) + $bucket_s
+                                          AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
+    GROUP BY ALL
 ),
 f AS (
     SELECT g.host, g.bi,
@@ -25,34 +41,106 @@ FROM f;
 
 -- Idle windows: consecutive buckets with the GPU near idle and no running
 -- requests (the last activity reading, when fresh), lasting at least
--- $min_idle_s. Their median memory is the idle baseline. Two statements: the
--- windows (idle_runs, a temporary table), then whose they are - as one query,
--- its windows became a CTE read twice, and a month took 1.7 s instead of 1.0 s.
-CREATE OR REPLACE TEMP TABLE idle_runs AS
+-- $min_idle_s. Their median memory is the idle baseline.
+-- First the segments: runs of idle buckets within one UTC day (dn: days since
+-- 1970), each of a day's first buckets (those within the longer staleness of
+-- midnight) a segment of its own. The stored tier keeps them per host-day (made
+-- from that day's samples alone: a first bucket is then idle unless the day's own
+-- readings say otherwise, and is checked again below). vals: how many buckets had
+-- each used_avg, so that segments joined across midnight have an exact median.
+CREATE OR REPLACE TABLE idle_segments AS
 WITH kv AS (
     -- the host's peak KV-cache usage per bucket (a window is whole buckets)
-    SELECT host, CAST(floor(epoch(ts) / $bucket_s) AS BIGINT) AS bi, max(kv_usage) AS kv
-    FROM kv_usage GROUP BY ALL
+    SELECT k.host, CAST(floor(epoch(k.ts) / $bucket_s) AS BIGINT) AS bi, max(k.kv_usage) AS kv
+    FROM kv_usage k
+    LEFT JOIN idle_cover c ON c.host = k.host AND c.dn = CAST(floor(epoch(k.ts) / 86400) AS BIGINT)
+    WHERE c.dn IS NULL
+    GROUP BY ALL
 ),
 s AS (
-    -- idle buckets only; consecutive bucket numbers form one window (a data gap ends it).
-    -- Only the columns the windows need: the row_number sort carries every column it is
-    -- given (a month's idle buckets spill), and times follow from bucket numbers
+    -- idle buckets only; consecutive bucket numbers form one run (a data gap ends it).
+    -- Only the columns the segments need: the row_number sort carries every column it
+    -- is given (a month's idle buckets spill)
     SELECT g.host, g.gpu_index, g.bi, g.used_avg, g.used_min, g.used_max, g.total, k.kv,
            g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
     FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi) LEFT JOIN kv k USING (host, bi)
-    WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0
+    LEFT JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(g.bi * $bucket_s / 86400) AS BIGINT)
+    WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0 AND c.dn IS NULL
+),
+z AS (
+    SELECT *, CASE WHEN bi * $bucket_s - dn * 86400 < greatest($activity_stale_s, $log_activity_stale_s)
+                   THEN bi ELSE -1 END AS zone_bi
+    FROM (SELECT *, CAST(floor(bi * $bucket_s / 86400) AS BIGINT) AS dn FROM s)
+),
+v AS (
+    SELECT host, gpu_index, dn, grp, zone_bi, used_avg, count(*) AS n, min(bi) AS b0, max(bi) AS b1,
+           min(used_min) AS low, max(used_max) AS high, max(total) AS total, max(kv) AS kv
+    FROM z GROUP BY ALL
+)
+SELECT host, gpu_index, dn, min(b0) AS b0, max(b1) AS b1, sum(n)::BIGINT AS buckets,
+       -- the median of used_avg: the mean of the values at the middle positions (as median())
+       (min(used_avg) FILTER (WHERE cum > (tot - 1) // 2) + min(used_avg) FILTER (WHERE cum > tot // 2)) / 2
+           AS baseline,
+       min(low) AS low, max(high) AS high, max(total) AS total, max(kv) AS kv_idle,
+       any_value(zone_bi) >= 0 AS zone,
+       list({'v': used_avg, 'n': n} ORDER BY used_avg) AS vals
+FROM (
+    SELECT *, sum(n) OVER (PARTITION BY host, gpu_index, dn, grp, zone_bi ORDER BY used_avg
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+              sum(n) OVER (PARTITION BY host, gpu_index, dn, grp, zone_bi) AS tot
+    FROM v
+)
+GROUP BY host, gpu_index, dn, grp, zone_bi;
+
+-- The windows: segments end to end (across midnight, and a day's first buckets
+-- with the run after them) joined, less the first buckets of a day that a fresh
+-- reading of the day before shows busy. A temporary table: as part of one query
+-- with the next statement, its rows became a CTE read twice (a month: 1.7 s, not 1.0 s).
+CREATE OR REPLACE TEMP TABLE idle_runs AS
+WITH seg AS (
+    SELECT s.* FROM idle_segments s
+    LEFT JOIN activity_grid a ON s.zone AND a.host = s.host AND a.bi = s.b0
+    WHERE NOT s.zone OR coalesce(a.running, 0) = 0
+),
+o AS (
+    SELECT *, sum(CASE WHEN b0 = prev + 1 THEN 0 ELSE 1 END)
+                  OVER (PARTITION BY host, gpu_index ORDER BY b0 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                  AS run
+    FROM (SELECT *, lag(b1) OVER (PARTITION BY host, gpu_index ORDER BY b0) AS prev FROM seg)
 ),
 w AS (
-    SELECT host, gpu_index, to_timestamp(min(bi) * $bucket_s) AS start,
-           to_timestamp((max(bi) + 1) * $bucket_s) AS "end", count(*) AS buckets,
-           median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
-           max(total) AS total, max(kv) AS kv_idle
-    FROM s
-    GROUP BY host, gpu_index, grp
-    HAVING (max(bi) + 1 - min(bi)) * $bucket_s >= $min_idle_s
+    SELECT host, gpu_index, run, min(b0) AS b0, max(b1) AS b1, sum(buckets)::BIGINT AS buckets,
+           count(*) AS segments, any_value(baseline) AS baseline, min(low) AS low, max(high) AS high,
+           max(total) AS total, max(kv_idle) AS kv_idle
+    FROM o
+    GROUP BY host, gpu_index, run
+    HAVING (max(b1) + 1 - min(b0)) * $bucket_s >= $min_idle_s
+),
+joined AS (
+    -- the median of a window of several segments, from their value counts
+    SELECT host, gpu_index, run,
+           (min(v) FILTER (WHERE cum > (tot - 1) // 2) + min(v) FILTER (WHERE cum > tot // 2)) / 2 AS baseline
+    FROM (
+        SELECT *, sum(n) OVER (PARTITION BY host, gpu_index, run ORDER BY v
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+                  sum(n) OVER (PARTITION BY host, gpu_index, run) AS tot
+        FROM (
+            SELECT host, gpu_index, run, x.v AS v, sum(x.n) AS n
+            FROM (SELECT o.host, o.gpu_index, o.run, unnest(o.vals) AS x
+                  FROM o SEMI JOIN w ON w.host = o.host AND w.gpu_index = o.gpu_index AND w.run = o.run
+                                      AND w.segments > 1)
+            GROUP BY ALL
+        )
+    )
+    GROUP BY ALL
 )
-SELECT * FROM w;
+SELECT w.host, w.gpu_index, to_timestamp(w.b0 * $bucket_s) AS start,
+       to_timestamp((w.b1 + 1) * $bucket_s) AS "end", w.buckets,
+       CASE WHEN w.segments = 1 THEN w.baseline ELSE j.baseline END AS baseline,
+       w.low, w.high, w.total, w.kv_idle
+FROM w LEFT JOIN joined j USING (host, gpu_index, run);
+
+DROP TABLE activity_grid;
 
 CREATE OR REPLACE TABLE idle_windows AS
 WITH wr AS (

@@ -1,0 +1,180 @@
+"""Idle windows from the stored tier's idle segments are the ones derived from raw samples:
+runs joined across midnight keep their exact median, a day's first buckets are checked
+against the readings of the day before, and server log lines count in the stored days."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analyzer import bucket as bucket_mod
+from analyzer import logevents, rollup, tier
+from collector.writer import BucketWriter
+
+D1 = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+D2, D3 = D1 + dt.timedelta(days=1), D1 + dt.timedelta(days=2)
+END = D3 + dt.timedelta(hours=12)
+NOW = D3 + dt.timedelta(days=1)
+MIB = 1 << 20
+
+
+def _busy(t: dt.datetime) -> bool:
+    """The GPU computes: an hour on each day."""
+    return any(d + dt.timedelta(hours=6) <= t < d + dt.timedelta(hours=7) for d in (D1, D2, D3))
+
+
+def _used(t: dt.datetime) -> int:
+    """Idle memory differs per day and wobbles within it: a window across midnight has a
+    median that neither day alone gives."""
+    base = {D1.date(): 1000, D2.date(): 2000, D3.date(): 1500}[t.date()]
+    return (base + (t.minute % 7) * 3 + (500 if _busy(t) else 0)) * MIB
+
+
+def _write(out: Path) -> None:
+    w = BucketWriter(out, "h")
+    n = int((END - D1).total_seconds() // 10)
+    ts = [D1 + dt.timedelta(seconds=10 * i) for i in range(n)]
+    w.write(
+        "gpu_samples",
+        [
+            {
+                "ts": t,
+                "host": "h",
+                "gpu_index": 0,
+                "memory_total_bytes": 80_000 * MIB,
+                "memory_used_bytes": _used(t),
+                "utilization_gpu_pct": 90.0 if _busy(t) else 0.0,
+            }
+            for t in ts
+        ],
+    )
+    # running requests once a minute, none; but the last reading of the first day says
+    # 3, 30 s before midnight, and the second day's readings start at 00:03 - so the
+    # second day's first bucket is busy, which that day's samples alone cannot tell
+    metrics = []
+    for i in range(int((END - D1).total_seconds() // 60)):
+        t = D1 + dt.timedelta(seconds=60 * i + 30)
+        if D2 <= t < D2 + dt.timedelta(minutes=3):
+            continue
+        running = 3.0 if t == D2 - dt.timedelta(seconds=30) else 0.0
+        metrics.append(
+            {
+                "ts": t,
+                "host": "h",
+                "name": "sglang:num_running_reqs",
+                "labels": {},
+                "value": running,
+            }
+        )
+    w.write("metric_samples", metrics)
+    # the server's batch-stats lines: busy for ten minutes of the second day's afternoon
+    # while the GPU shows no utilisation (only the log tells)
+    lines = []
+    for i in range(60):
+        t = D2 + dt.timedelta(hours=15, seconds=10 * i)
+        text = (
+            f"[{t:%Y-%m-%d %H:%M:%S} TP0] Decode batch, #running-req: 2, #token: 900, "
+            "token usage: 0.40, cuda graph: True, gen throughput (token/s): 50.00, #queue-req: 0"
+        )
+        lines.append(
+            {
+                "ts": t,
+                "host": "h",
+                "file": "/var/log/sglang.log",
+                "inode": 7,
+                "offset": 200 * i,
+                "text": text,
+            }
+        )
+    w.write("log_lines", lines)
+
+
+def _windows(out: Path) -> tuple[list[tuple[Any, ...]], int]:
+    """idle_windows as the analysis derives it, and how many host-days the tier covered."""
+    opened = bucket_mod.open_checked(out, now=NOW)
+    try:
+        logevents.build(opened.con)
+        rollup.build(opened.con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        rows = opened.con.execute("SELECT * FROM idle_windows ORDER BY ALL").fetchall()
+        # every baseline is the median of its window's buckets, whichever days they lie in
+        (off,) = opened.con.execute(
+            "SELECT count(*) FROM idle_windows w WHERE baseline IS DISTINCT FROM ("
+            "SELECT median(used_avg) FROM gpu_buckets g WHERE g.host = w.host "
+            "AND g.gpu_index = w.gpu_index AND g.b >= w.start AND g.b < w.end)"
+        ).fetchone() or (None,)
+        assert off == 0
+        (covered,) = opened.con.execute("SELECT count(*) FROM idle_cover").fetchone() or (0,)
+        return rows, int(covered)
+    finally:
+        opened.con.close()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("idle") / "bucket"
+    _write(out)
+    return out
+
+
+def test_idle_windows_identical_with_no_partial_and_full_tier(made: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = Path(shutil.copytree(made, tmp_path / "b"))
+    raw, covered = _windows(out)
+    assert covered == 0
+    starts = {r[2] for r in raw}
+    ends = {r[3] for r in raw}
+    # the reading before midnight keeps the second day's first bucket out of every window
+    assert D2 not in starts and D2 not in ends
+    assert D2 + dt.timedelta(minutes=1) in starts
+    # the log's busy minutes split the second day's afternoon
+    assert D2 + dt.timedelta(hours=15) in ends
+    # one window runs across the second midnight, its median from both days
+    across = [r for r in raw if r[2] < D3 < r[3]]
+    assert len(across) == 1
+    assert 2000 * MIB < across[0][5] < 2018 * MIB or 1500 * MIB < across[0][5] < 1518 * MIB
+
+    tier.build(out, before=D2.date())  # the first day stored
+    assert _windows(out) == (raw, 1)
+    tier.build(out, before=D3.date())  # and the second: the third is derived
+    assert _windows(out) == (raw, 2)
+    # the second day's stored segments hold its first bucket as idle (the day alone cannot
+    # tell): the analysis checked it against the first day's last reading
+    import duckdb
+
+    (stored,) = duckdb.connect().execute(
+        f"SELECT count(*) FROM read_parquet('{out}/tier_idle_segments/date=2026-11-24/*/*.parquet') "
+        f"WHERE zone AND b0 = {int(D2.timestamp()) // 60}"
+    ).fetchone() or (0,)
+    assert stored == 1
+
+
+def test_other_idle_parameters_derive_every_day(made: Path, tmp_path: Path) -> None:
+    """Segments stored with the default idle threshold are not read by an analysis with
+    another one: every host-day is derived again, and the windows are those of raw samples."""
+    import shutil
+
+    out = Path(shutil.copytree(made, tmp_path / "b"))
+    tier.build(out, before=D3.date())
+
+    def windows(params: dict[str, Any]) -> tuple[int, int]:
+        opened = bucket_mod.open_checked(out, now=NOW)
+        try:
+            logevents.build(opened.con)
+            p = {**rollup.with_width({}, opened.span_s)["rollup"], **params}
+            rollup.build(opened.con, p, opened.tier)
+            (n,) = opened.con.execute("SELECT count(*) FROM idle_windows").fetchone() or (0,)
+            (c,) = opened.con.execute("SELECT count(*) FROM idle_cover").fetchone() or (0,)
+            return int(n), int(c)
+        finally:
+            opened.con.close()
+
+    assert windows({})[1] == 2
+    # at 95 % every bucket is idle (busy hours at 90 %): one window a day fewer splits
+    n, covered = windows({"idle_util_pct": 95.0})
+    assert covered == 0
+    shutil.rmtree(out / "tier_idle_segments")
+    assert windows({"idle_util_pct": 95.0}) == (n, 0)
