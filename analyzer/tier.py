@@ -228,36 +228,57 @@ def build(
     seen: set[tuple[dt.date, str]] = set()
     con = duckdb.connect()  # one for every host-day: a new one costs ~30 ms
     con.execute("SET TimeZone = 'UTC'")
-    with con, tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
-        for (source, day, host_dir), entries in sorted(
-            groups(root, before, fs, sorted({*SOURCES, *JOINT_SOURCES})).items()
-        ):
-            good, bad = layout.live(index.checks(entries, lambda es: layout.check_all(es, fs)))
-            assert res.skipped is not None
-            res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
-            if not good:
-                continue
-            good_of[(source, day, host_dir)] = [c.entry for c in good]
-            if source not in SOURCES:
-                continue  # read by a joint tier table only
-            seen.add((day, host_dir))
-            src_hash = sources_hash([c.entry for c in good])
-            if _is_current(have.get((day, host_dir), {}), source, src_hash):
-                continue
-            paths = [c.entry.path for c in good]
-            if fs is not None:
-                paths = _stage(fs, paths, stage)
-            _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
-            built.add((day, host_dir))
-            _delete_old(root, fs, _of(source), day, host_dir, hashes, src_hash)
-            if progress:
-                progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
-        from analyzer import tierjoint
+    from analyzer import tierjoint
 
-        for day, host_dir in tierjoint.build(
-            con, bucket, root, fs, before, good_of, have, stmts, width, hashes, stage, progress
-        ):
-            built.add((day, host_dir))
+    by_day: dict[tuple[dt.date, str], list[tuple[str, list[layout.Entry]]]] = {}
+    for (source, day, host_dir), entries in groups(
+        root, before, fs, sorted({*SOURCES, *JOINT_SOURCES})
+    ).items():
+        by_day.setdefault((day, host_dir), []).append((source, entries))
+    with con, tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
+        # host-day by host-day: the joint tables reuse what its sources' tables just derived
+        for (day, host_dir), of_day in sorted(by_day.items()):
+            fresh: set[str] = set()  # rollup tables derived for this host-day, still in con
+            for source, entries in sorted(of_day):
+                checked = index.checks(entries, lambda es: layout.check_all(es, fs))
+                good, bad = layout.live(checked)
+                assert res.skipped is not None
+                res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
+                if not good:
+                    continue
+                good_of[(source, day, host_dir)] = [c.entry for c in good]
+                if source not in SOURCES:
+                    continue  # read by a joint tier table only
+                seen.add((day, host_dir))
+                src_hash = sources_hash([c.entry for c in good])
+                if _is_current(have.get((day, host_dir), {}), source, src_hash):
+                    continue
+                paths = [c.entry.path for c in good]
+                if fs is not None:
+                    paths = _stage(fs, paths, stage)
+                _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
+                fresh |= {TIERS[t][0] for t in _of(source)}
+                built.add((day, host_dir))
+                _delete_old(root, fs, _of(source), day, host_dir, hashes, src_hash)
+                if progress:
+                    progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
+            if tierjoint.derive(
+                con,
+                bucket,
+                root,
+                fs,
+                day,
+                host_dir,
+                good_of,
+                have,
+                stmts,
+                width,
+                hashes,
+                stage,
+                fresh,
+                progress,
+            ):
+                built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
     tierindex.refresh(root, fs, before, index, list(ALL_TIERS), lambda e: _tier_meta(e, fs))
     return res
@@ -327,6 +348,8 @@ class TierUse:
     host_days: int  # read from the tier (every source table of them)
     raw_host_days: int  # derived from raw samples (one source table or more)
     tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
+    # tier table -> (day, host folder) -> the file read (staged where on S3)
+    files: dict[str, dict[tuple[dt.date, str], str]] = field(default_factory=dict)
 
 
 def rollup_with_tier(
@@ -340,8 +363,12 @@ def rollup_with_tier(
         if table in JOINT_TABLES:
             # the statement itself leaves out the host-days the tier covers (idle_cover),
             # whose parameters rollup.build checked before the first use of idle_cover
+            from analyzer import tierjoint
+
             con.execute(
-                stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1),
+                tierjoint.rest_statement(con, stmt, use).replace(
+                    f"TABLE {table} AS", f"TABLE {table}_rest AS", 1
+                ),
                 {k: params[k] for k in referenced_params(stmt)} or None,
             )
             con.execute((COMBINE_DIR / f"{table}.sql").read_text("utf-8"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -37,68 +37,75 @@ def _empty_inputs(con: duckdb.DuckDBPyConnection, sources: set[str]) -> None:
         con.register(f"__empty_{name}", pa.Table.from_pylist([], schema=TABLES[name].schema))
 
 
-def build(
+def derive(
     con: duckdb.DuckDBPyConnection,
     bucket: str | os.PathLike[str],
     root: str,
     fs: Any,
-    before: dt.date,
+    day: dt.date,
+    host_dir: str,
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]],
     have: tier.Current,
     stmts: dict[str, str],
     width: float,
     hashes: dict[str, str],
     stage: str,
+    fresh: set[str],
     progress: Callable[[str], None] | None,
-) -> Iterator[tuple[dt.date, str]]:
-    """Derive every joint tier table of the finished host-days where it is missing or
-    stale; yields the host-days derived. The server log lines of a host-day are parsed
-    alone: a record wrapped across the midnight of a collection (a batch-stats line is
-    one line) would be parsed otherwise than with the day before."""
+) -> bool:
+    """Derive the joint tier tables of one finished host-day where missing or stale; True
+    when one was. ``fresh``: rollup tables of the chain that ``con`` holds for this
+    host-day already (just derived for the one-source tier), not derived again. The server
+    log lines of a host-day are parsed alone: a record wrapped across the midnight of a
+    collection (a batch-stats line is one line) would be parsed otherwise than with the
+    day before."""
     from analyzer import logevents
     from analyzer.bucket import to_arrow
     from analyzer.staging import stage as _stage
     from analyzer.views import raw_select
     from collector.writer import write_derived
 
-    ready = False
     params = tier.build_params(width)
+    done = False
     for tier_table, (table, sources) in tier.JOINT.items():
-        keys = sorted({(d, h) for (s, d, h) in good_of if s == sources[0]})
-        for day, host_dir in keys:
-            entries = [e for s in sources for e in good_of.get((s, day, host_dir), [])]
-            src_hash = tier.sources_hash(entries)
-            cur = have.get((day, host_dir), {}).get(tier_table)
-            if cur is not None and cur[1] == src_hash:
+        if (sources[0], day, host_dir) not in good_of:
+            continue
+        entries = [e for s in sources for e in good_of.get((s, day, host_dir), [])]
+        src_hash = tier.sources_hash(entries)
+        cur = have.get((day, host_dir), {}).get(tier_table)
+        if cur is not None and cur[1] == src_hash:
+            continue
+        _empty_inputs(con, tier.JOINT_SOURCES)
+        steps = tier.chain(tier_table, stmts)
+        made = {t for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True) if t in fresh}
+        for s in sources:
+            paths = [e.path for e in good_of.get((s, day, host_dir), [])]
+            if paths and fs is not None:
+                paths = _stage(fs, paths, stage)
+            sql = (
+                raw_select(con, s, paths, "")
+                if paths
+                else f"SELECT * FROM __empty_{s}"  # a day with no metrics: none
+            )
+            con.execute(f"CREATE OR REPLACE VIEW {s} AS {sql}")
+        logevents.build(con)  # the day's own lines
+        for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True):
+            if t in made:
                 continue
-            if not ready:
-                _empty_inputs(con, tier.JOINT_SOURCES)
-                ready = True
-            for s in sources:
-                paths = [e.path for e in good_of.get((s, day, host_dir), [])]
-                if paths and fs is not None:
-                    paths = _stage(fs, paths, stage)
-                sql = (
-                    raw_select(con, s, paths, "")
-                    if paths
-                    else f"SELECT * FROM __empty_{s}"  # a day with no metrics: none
-                )
-                con.execute(f"CREATE OR REPLACE VIEW {s} AS {sql}")
-            logevents.build(con)  # the day's own lines (batch-stats lines are one line each)
-            for stmt in tier.chain(tier_table, stmts):
-                refs = referenced_params(stmt)
-                con.execute(stmt, {k: params[k] for k in refs} if refs else None)
-            data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
-            extra = {
-                tier.HASH_KEY: hashes[tier_table].encode(),
-                tier.SOURCES_KEY: src_hash.encode(),
-                tier.WIDTH_KEY: f"{width:g}".encode(),
-            }
-            write_derived(bucket, host_dir, tier_table, day, data, extra)
-            tier._delete_old(root, fs, [tier_table], day, host_dir, hashes, src_hash)
-            if progress:
-                progress(f"tier {day} host={host_dir}: {table} derived from {len(entries)} files")
-            yield day, host_dir
+            refs = referenced_params(stmt)
+            con.execute(stmt, {k: params[k] for k in refs} if refs else None)
+        data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
+        extra = {
+            tier.HASH_KEY: hashes[tier_table].encode(),
+            tier.SOURCES_KEY: src_hash.encode(),
+            tier.WIDTH_KEY: f"{width:g}".encode(),
+        }
+        write_derived(bucket, host_dir, tier_table, day, data, extra)
+        tier._delete_old(root, fs, [tier_table], day, host_dir, hashes, src_hash)
+        done = True
+        if progress:
+            progress(f"tier {day} host={host_dir}: {table} derived from {len(entries)} files")
+    return done
 
 
 def cover(
@@ -119,6 +126,7 @@ def cover(
             by_key.setdefault((name, (c.entry.day, c.entry.host_dir)), []).append(c)
     for tier_table, (table, sources) in tier.JOINT.items():
         files: list[str] = []
+        keys: list[tuple[dt.date, str]] = []
         for key, cur in current.items():
             if tier_table not in cur or (sources[0], key) not in by_key:
                 continue
@@ -128,8 +136,10 @@ def cover(
             if cur[tier_table][1] != tier.sources_hash([c.entry for c in mine]):
                 continue
             files.append(cur[tier_table][0].path)
+            keys.append(key)
         if not files:
             continue
+        use.files[tier_table] = dict(zip(keys, files, strict=True))
         from analyzer.views import parquet
 
         if stage is not None:
@@ -139,3 +149,26 @@ def cover(
         # whose file has no rows is derived again, from the stored buckets: the same none
         con.execute(f"INSERT INTO idle_cover SELECT DISTINCT host, dn FROM {tier_table}")
         use.tables.add(table)
+
+
+# the one place the idle segments' statement reads every bucket of the span
+_BUCKETS = "FROM gpu_buckets g"
+
+
+def rest_statement(con: duckdb.DuckDBPyConnection, stmt: str, use: tier.TierUse) -> str:
+    """The idle segments' statement for the host-days the tier does not cover, reading the
+    buckets of those host-days only (``idle_gpu_buckets``): the stored buckets of a covered
+    host-day are not read at all. A covered host-day whose file holds no segment had no
+    idle bucket even by its own day's readings, so none by the analysis's either."""
+    from analyzer.views import parquet
+
+    mine = use.files.get("tier_idle_segments", {})
+    stored = use.files.get("tier_gpu_buckets")
+    if stored is None or "gpu_buckets" not in use.tables or stmt.count(_BUCKETS) != 1:
+        return stmt
+    keep = [p for k, p in sorted(stored.items()) if k not in mine]
+    src = (f"SELECT * FROM {parquet(keep, False)} UNION ALL BY NAME " if keep else "") + (
+        "SELECT * FROM gpu_buckets_rest"
+    )
+    con.execute(f"CREATE OR REPLACE VIEW idle_gpu_buckets AS {src}")
+    return stmt.replace(_BUCKETS, "FROM idle_gpu_buckets g")

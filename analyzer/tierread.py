@@ -97,6 +97,11 @@ def attach(
             paths = stage(paths)
         for tier_table in _of(source):
             mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
+            use.files[tier_table] = {
+                (e.day, e.host_dir): p
+                for p, e in zip(paths, covered, strict=True)
+                if e.table == tier_table
+            }
             con.execute(
                 f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM {parquet(mine, False)}"
             )

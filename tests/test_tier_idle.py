@@ -178,3 +178,46 @@ def test_other_idle_parameters_derive_every_day(made: Path, tmp_path: Path) -> N
     assert covered == 0
     shutil.rmtree(out / "tier_idle_segments")
     assert windows({"idle_util_pct": 95.0}) == (n, 0)
+
+
+def test_late_log_lines_make_their_day_derived_again(made: Path, tmp_path: Path) -> None:
+    """Log lines written after the rollup make that host-day's stored segments stale (its
+    stored buckets are still read): the windows are those of raw samples, with the new
+    busy minutes."""
+    import shutil
+
+    out = Path(shutil.copytree(made, tmp_path / "b"))
+    tier.build(out, before=D3.date())
+    t0 = D2 + dt.timedelta(hours=20)
+    late = [
+        {
+            "ts": t0 + dt.timedelta(seconds=10 * i),
+            "host": "h",
+            "file": "/var/log/sglang.log",
+            "inode": 7,
+            "offset": 100_000 + 200 * i,
+            "text": f"[{t0 + dt.timedelta(seconds=10 * i):%Y-%m-%d %H:%M:%S} TP0] Decode batch, "
+            "#running-req: 1, #token: 90, token usage: 0.10, cuda graph: True, "
+            "gen throughput (token/s): 9.00, #queue-req: 0",
+        }
+        for i in range(30)
+    ]
+    BucketWriter(out, "h").write("log_lines", late)
+    plain = Path(shutil.copytree(out, tmp_path / "plain"))
+    for t in tier.ALL_TIERS:
+        shutil.rmtree(plain / t, ignore_errors=True)
+    raw, _ = _windows(plain)
+    assert t0 in {r[3] for r in raw}  # the late lines end a window
+    assert _windows(out) == (raw, 1)  # the first day stored; the second derived again
+    # the idle segments derived in the analysis read the stored buckets of the second day
+    # only (the first day's, covered, are not read at all)
+    opened = bucket_mod.open_checked(out, now=NOW)
+    try:
+        logevents.build(opened.con)
+        rollup.build(opened.con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        (sql,) = opened.con.execute(
+            "SELECT sql FROM duckdb_views() WHERE view_name = 'idle_gpu_buckets'"
+        ).fetchone() or ("",)
+    finally:
+        opened.con.close()
+    assert "tier_gpu_buckets/date=2026-11-24/" in sql and "date=2026-11-23" not in sql
