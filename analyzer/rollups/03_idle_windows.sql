@@ -47,7 +47,7 @@ FROM f;
 -- midnight) a segment of its own. The stored tier keeps them per host-day (made
 -- from that day's samples alone: a first bucket is then idle unless the day's own
 -- readings say otherwise, and is checked again below). vals: how many buckets had
--- each used_avg, so that segments joined across midnight have an exact median.
+-- each used_avg (a map), so that segments joined across midnight have an exact median.
 CREATE OR REPLACE TABLE idle_segments AS
 WITH kv AS (
     -- the host's peak KV-cache usage per bucket (a window is whole buckets)
@@ -71,25 +71,12 @@ z AS (
     SELECT *, CASE WHEN bi * $bucket_s - dn * 86400 < greatest($activity_stale_s, $log_activity_stale_s)
                    THEN bi ELSE -1 END AS zone_bi
     FROM (SELECT *, CAST(floor(bi * $bucket_s / 86400) AS BIGINT) AS dn FROM s)
-),
-v AS (
-    SELECT host, gpu_index, dn, grp, zone_bi, used_avg, count(*) AS n, min(bi) AS b0, max(bi) AS b1,
-           min(used_min) AS low, max(used_max) AS high, max(total) AS total, max(kv) AS kv
-    FROM z GROUP BY ALL
 )
-SELECT host, gpu_index, dn, min(b0) AS b0, max(b1) AS b1, sum(n)::BIGINT AS buckets,
-       -- the median of used_avg: the mean of the values at the middle positions (as median())
-       (min(used_avg) FILTER (WHERE cum > (tot - 1) // 2) + min(used_avg) FILTER (WHERE cum > tot // 2)) / 2
-           AS baseline,
-       min(low) AS low, max(high) AS high, max(total) AS total, max(kv) AS kv_idle,
-       any_value(zone_bi) >= 0 AS zone,
-       list({'v': used_avg, 'n': n} ORDER BY used_avg) AS vals
-FROM (
-    SELECT *, sum(n) OVER (PARTITION BY host, gpu_index, dn, grp, zone_bi ORDER BY used_avg
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
-              sum(n) OVER (PARTITION BY host, gpu_index, dn, grp, zone_bi) AS tot
-    FROM v
-)
+SELECT host, gpu_index, dn, min(bi) AS b0, max(bi) AS b1, count(*) AS buckets,
+       median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
+       max(total) AS total, max(kv) AS kv_idle, any_value(zone_bi) >= 0 AS zone,
+       histogram(used_avg) AS vals
+FROM z
 GROUP BY host, gpu_index, dn, grp, zone_bi;
 
 -- The windows: segments end to end (across midnight, and a day's first buckets
@@ -126,8 +113,8 @@ joined AS (
                                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
                   sum(n) OVER (PARTITION BY host, gpu_index, run) AS tot
         FROM (
-            SELECT host, gpu_index, run, x.v AS v, sum(x.n) AS n
-            FROM (SELECT o.host, o.gpu_index, o.run, unnest(s.vals) AS x
+            SELECT host, gpu_index, run, x.key AS v, sum(x.value) AS n
+            FROM (SELECT o.host, o.gpu_index, o.run, unnest(map_entries(s.vals)) AS x
                   FROM o SEMI JOIN w ON w.host = o.host AND w.gpu_index = o.gpu_index AND w.run = o.run
                                       AND w.segments > 1
                   JOIN idle_segments s ON s.host = o.host AND s.gpu_index = o.gpu_index AND s.b0 = o.b0)
