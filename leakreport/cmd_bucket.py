@@ -66,8 +66,9 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     ISO week, so `leakreport fleet` draws those weeks without analysing them.
 
     BUCKET is a folder or s3://bucket/prefix. Only host-days whose tier is missing
-    or stale (the rollup SQL changed, late files arrived, compaction ran since)
-    are derived; analyses give the same findings with or without the tier. A week
+    or stale (the rollup SQL or the log parser changed, late files arrived,
+    compaction ran since) are derived; analyses give the same findings with or
+    without the tier. A week
     (Monday to Sunday, all before --before and before today) is analysed with the
     default pack and options when its stored findings are missing or stale (its
     trace files, the code or the packs changed), and stored only when the analysis
