@@ -3,7 +3,9 @@
 ``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very ones the
 analysis runs) over one host-day's raw files at a time and stores their results in the bucket
 layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``), ``tier_metric_norm``
-(``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), grouped by keys within a day.
+(``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), grouped by keys within a day;
+and ``tier_idle_segments``, from the three of ``gpu_samples``, ``metric_samples`` and
+``log_lines`` together (:mod:`analyzer.tierjoint`).
 
 Each file records the hash of its SQL (with the parameter values it used, the schema version
 and tier format) and of the raw files it was made from. An analysis reads a host-day from the

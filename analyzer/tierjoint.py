@@ -1,12 +1,12 @@
 """Tier tables made from several raw tables of one host-day (:data:`analyzer.tier.JOINT`).
 
-The idle segments (``03_idle_windows.sql``) need a host-day's device samples and its
-metrics together. ``leakreport rollup`` runs the chain of rollup statements that leads
-to them over that day's raw files alone (:func:`build`); an analysis reads them for the
-host-days where the file is current for the raw files of every source table (the same
-name-hash as one-source tier files) (:func:`cover`), and lists those host-days (by the rows' host and day number) in
-``idle_cover`` so that the rollups derive
-idle segments for the other host-days only. Made from one day alone, a day's first
+The idle segments (``03_idle_windows.sql``) need a host-day's device samples, metrics and
+server log lines together. ``leakreport rollup`` runs the chain of rollup statements that
+leads to them over that day's raw files alone (:func:`derive`). An analysis reads them for
+the host-days where the file is current for the raw files of every source table (the same
+name-hash as one-source tier files), and lists those host-days, by the rows' host and day
+number, in ``idle_cover`` (:func:`cover`), so that the rollups derive idle segments for the
+other host-days only (:func:`rest_statement`). Made from one day alone, a day's first
 buckets can be idle where a reading of the day before says otherwise: they are segments
 of their own, checked again in the analysis (see the SQL).
 """
@@ -119,6 +119,8 @@ def cover(
     """Tables ``tier_<table>`` of the current joint tier files of the host-days whose every
     raw file of every source passes ``ok``, and the table ``idle_cover`` of those host-days
     (empty when none)."""
+    from analyzer.views import parquet
+
     con.execute(COVER_SQL)
     by_key: dict[tuple[str, tuple[dt.date, str]], list[layout.FileCheck]] = {}
     for name, cs in checks.items():
@@ -140,8 +142,6 @@ def cover(
         if not files:
             continue
         use.files[tier_table] = dict(zip(keys, files, strict=True))
-        from analyzer.views import parquet
-
         if stage is not None:
             files = stage(files)
         # a table, read once: a month is ~50 k rows in 750 files, and reading the files is
@@ -149,8 +149,9 @@ def cover(
         con.execute(
             f"CREATE OR REPLACE TABLE {tier_table} AS SELECT * FROM {parquet(files, False)}"
         )
-        # the host-days as the rows name them (a host's folder is not always its name); one
-        # whose file has no rows is derived again, from the stored buckets: the same none
+        # the host-days as the rows name them (a host's folder is not always its name). One
+        # whose file has no rows is not listed: none of its buckets is idle even by its own
+        # day's readings, and the analysis derives none for it (see rest_statement)
         con.execute(f"INSERT INTO idle_cover SELECT DISTINCT host, dn FROM {tier_table}")
         use.tables.add(table)
 
