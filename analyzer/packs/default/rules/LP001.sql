@@ -44,9 +44,11 @@ lat AS (
     FROM h GROUP BY ALL
 ),
 mem AS (
-    SELECT host, to_timestamp(floor(epoch(b) / ($interval_minutes * 60)) * ($interval_minutes * 60)) AS iv,
-           max(used_max) AS used
-    FROM gpu_buckets GROUP BY ALL
+    -- the hosts with a latency only: most fleets export none, and then no bucket is read
+    SELECT g.host, to_timestamp(floor(epoch(g.b) / ($interval_minutes * 60)) * ($interval_minutes * 60)) AS iv,
+           max(g.used_max) AS used
+    FROM gpu_buckets g SEMI JOIN lat l ON l.host = g.host AND l.latency > 0
+    GROUP BY ALL
 ),
 j AS (
     SELECT l.host, l.iv, l.latency, m.used, ntile(4) OVER (PARTITION BY l.host ORDER BY l.iv) AS quarter,
