@@ -59,15 +59,10 @@ JOINT_CHAIN = (
     "activity_grid",
     "idle_segments",
 )
-ALL_TIERS = (*TIERS, *JOINT)
-PARSER = (
-    "logevents.py",
-    "logparse.py",
-    "logformats.py",
-    "logstamps.py",
-    "logread.py",
-)  # log lines -> events
 JOINT_TABLES = {t for t, _s in JOINT.values()}
+ALL_TIERS = (*TIERS, *JOINT)
+# the modules that turn log lines into events: part of a joint table's hash
+PARSER = ("logevents.py", "logparse.py", "logformats.py", "logstamps.py", "logread.py")
 HASH_KEY = b"leakreport.tier_sql_hash"
 SOURCES_KEY = b"leakreport.tier_sources"
 WIDTH_KEY = b"leakreport.tier_bucket_s"
@@ -237,6 +232,7 @@ def build(
         root, before, fs, sorted({*SOURCES, *JOINT_SOURCES})
     ).items():
         by_day.setdefault((day, host_dir), []).append((source, entries))
+    tierjoint.prepare(con)
     with con, tempfile.TemporaryDirectory(prefix="leakreport-tier-") as stage:
         # host-day by host-day: the joint tables reuse what its sources' tables just derived
         for (day, host_dir), of_day in sorted(by_day.items()):

@@ -29,11 +29,11 @@ from collector.schema import TABLES
 COVER_SQL = "CREATE OR REPLACE TABLE idle_cover (host VARCHAR, dn BIGINT)"
 
 
-def _empty_inputs(con: duckdb.DuckDBPyConnection, sources: set[str]) -> None:
-    """Empty tables to read where a host-day has no files of a source, and no covered
-    host-days (the chain derives everything from the day's own files)."""
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """Once per rollup connection: empty tables to read where a host-day has no files of a
+    source, and no covered host-days (the chain derives everything from the day's own files)."""
     con.execute(COVER_SQL)
-    for name in sorted(sources):
+    for name in sorted(tier.JOINT_SOURCES):
         con.register(f"__empty_{name}", pa.Table.from_pylist([], schema=TABLES[name].schema))
 
 
@@ -54,7 +54,8 @@ def derive(
     progress: Callable[[str], None] | None,
 ) -> bool:
     """Derive the joint tier tables of one finished host-day where missing or stale; True
-    when one was. ``fresh``: rollup tables of the chain that ``con`` holds for this
+    when one was (``con`` made ready by :func:`prepare`). ``fresh``: rollup tables of the
+    chain that ``con`` holds for this
     host-day already (just derived for the one-source tier), not derived again. The server
     log lines of a host-day are parsed alone: a record wrapped across the midnight of a
     collection (a batch-stats line is one line) would be parsed otherwise than with the
@@ -75,9 +76,7 @@ def derive(
         cur = have.get((day, host_dir), {}).get(tier_table)
         if cur is not None and cur[1] == src_hash:
             continue
-        _empty_inputs(con, tier.JOINT_SOURCES)
         steps = tier.chain(tier_table, stmts)
-        made = {t for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True) if t in fresh}
         for s in sources:
             paths = [e.path for e in good_of.get((s, day, host_dir), [])]
             if paths and fs is not None:
@@ -90,7 +89,7 @@ def derive(
             con.execute(f"CREATE OR REPLACE VIEW {s} AS {sql}")
         logevents.build(con)  # the day's own lines
         for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True):
-            if t in made:
+            if t in fresh:
                 continue
             refs = referenced_params(stmt)
             con.execute(stmt, {k: params[k] for k in refs} if refs else None)

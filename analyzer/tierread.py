@@ -96,14 +96,14 @@ def attach(
         if fs is not None:
             paths = stage(paths)
         for tier_table in _of(source):
-            mine = [p for p, e in zip(paths, covered, strict=True) if e.table == tier_table]
-            use.files[tier_table] = {
+            mine = use.files[tier_table] = {
                 (e.day, e.host_dir): p
                 for p, e in zip(paths, covered, strict=True)
                 if e.table == tier_table
             }
             con.execute(
-                f"CREATE OR REPLACE VIEW {tier_table} AS SELECT * FROM {parquet(mine, False)}"
+                f"CREATE OR REPLACE VIEW {tier_table} AS "
+                f"SELECT * FROM {parquet(list(mine.values()), False)}"
             )
             use.tables.add(TIERS[tier_table][0])
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
