@@ -116,6 +116,7 @@ def build(
     with_tier: Any = None
     if tier is not None:
         from analyzer import tier as with_tier
+        from analyzer import tierread
     # the host-days whose idle segments the stored tier holds (analyzer.tierread): none here
     con.execute("CREATE TABLE IF NOT EXISTS idle_cover (host VARCHAR, dn BIGINT)")
     checked = False
@@ -129,7 +130,7 @@ def build(
                 checked = True
             t0 = time.perf_counter()
             try:
-                read_tier = with_tier is not None and with_tier.rollup_with_tier(
+                read_tier = with_tier is not None and tierread.rollup_with_tier(
                     con, stmt, params, tier
                 )
                 if not read_tier:

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 
-from analyzer import rollup, tierindex
+from analyzer import rollup, tierindex, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import SCHEMA_VERSION
@@ -139,6 +139,7 @@ def sources_hash(entries: list[layout.Entry]) -> str:
 class Result:
     built: int = 0  # host-days derived and written (one table or more)
     current: int = 0  # host-days whose tier was already current
+    weeks: int = 0  # week files written (tierweek)
     skipped: list[str] | None = None  # raw files left out (do not match the schema)
 
 
@@ -159,7 +160,13 @@ def _tier_meta(entry: layout.Entry, fs: Any) -> tierindex.TierMeta:
     return md.get(HASH_KEY, b"").decode(), md.get(SOURCES_KEY, b"").decode()
 
 
-Current = dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]
+class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
+    """(day, host folder) -> tier table -> (the file it is read from, its sources hash);
+    ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
 
 
 def current_tier(
@@ -170,10 +177,12 @@ def current_tier(
     width: float,
     index: tierindex.Index | None = None,
 ) -> Current:
-    """(day, host folder) -> tier table -> (file, sources hash), for files made by the current
-    SQL. ``index``: hashes stored by :func:`tierindex.refresh`, used where the file is the same."""
-    out: Current = {}
+    """The tier files made by the current SQL, for each host-day: its own day file, else
+    the newest week file that holds it. ``index``: hashes stored by
+    :func:`tierindex.refresh`, used where the file is the same."""
+    out = Current()
     entries = [e for t in ALL_TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
+    entries += tierweek.list_weeks(root, fs, list(ALL_TIERS), date_ok)
     want = {t: sql_hash(width, t) for t in ALL_TIERS}
     if index is not None:
         metas = index.tier_meta(entries, lambda e: _tier_meta(e, fs))
@@ -182,10 +191,24 @@ def current_tier(
     else:  # S3: the wait is the request, not the CPU
         with ThreadPoolExecutor(8) as pool:
             metas = list(pool.map(lambda e: _tier_meta(e, fs), entries))
+    weeks: list[tuple[layout.Entry, str]] = []
     for e, (sql, sources) in zip(entries, metas, strict=True):
-        if sql != want[e.table]:
+        if sql != want[tierweek.tier_of(e.table)]:
             continue  # stale: made by other SQL; never read
-        out.setdefault((e.day, e.host_dir), {})[e.table] = (e, sources)
+        if tierweek.is_week(e):
+            weeks.append((e, sources))
+        else:
+            out.setdefault((e.day, e.host_dir), {})[e.table] = (e, sources)
+    for e, sources in sorted(weeks, key=lambda w: w[0].name):  # the newest last
+        held = tierweek.keys_of(sources)
+        out.weeks[e.path] = frozenset(held)
+        table = tierweek.tier_of(e.table)
+        for key, src in held.items():
+            if not (date_ok(key[0]) and host_ok(layout.decode_host(key[1]))):
+                continue
+            mine = out.setdefault(key, {})
+            if table not in mine or tierweek.is_week(mine[table][0]):  # a day file wins
+                mine[table] = (e, src)
     return out
 
 
@@ -203,10 +226,13 @@ def build(
     before: dt.date | None = None,
     progress: Callable[[str], None] | None = None,
     overrides: dict[str, Any] | None = None,
+    weeks: bool = True,
 ) -> Result:
     """Derive the tier for every finished host-day (days before ``before``, default
-    today UTC) whose tier is missing or stale; stale files are then deleted. Then the
-    footer-check index of the finished days is brought up to date (:mod:`analyzer.tierindex`)."""
+    today UTC) whose tier is missing or stale; stale files are then deleted. With
+    ``weeks``, each week's files are then merged into week files (:mod:`analyzer.tierweek`).
+    Then the footer-check index of the finished days is brought up to date
+    (:mod:`analyzer.tierindex`)."""
     from analyzer.bucket import check_bucket
     from analyzer.compact import groups
     from analyzer.staging import stage as _stage
@@ -278,7 +304,11 @@ def build(
             ):
                 built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
-    tierindex.refresh(root, fs, before, index, list(ALL_TIERS), lambda e: _tier_meta(e, fs))
+    if weeks:
+        now = current_tier(root, fs, lambda _d: True, lambda _h: True, width, index)
+        res.weeks = tierweek.pack(bucket, root, fs, now, now.weeks, hashes, progress)
+    tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
+    tierindex.refresh(root, fs, before, index, tables, lambda e: _tier_meta(e, fs))
     return res
 
 
@@ -348,52 +378,5 @@ class TierUse:
     tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
     # tier table -> (day, host folder) -> the file read (staged where on S3)
     files: dict[str, dict[tuple[dt.date, str], str]] = field(default_factory=dict)
-
-
-def rollup_with_tier(
-    con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any], use: TierUse
-) -> bool:
-    """Run a first-stage rollup statement as tier + rest when the tier covers it;
-    False when the statement is not one the tier stores (run it as it is)."""
-    for table in use.tables:
-        if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
-            continue
-        if table in JOINT_TABLES:
-            # the statement itself leaves out the host-days the tier covers (idle_cover),
-            # whose parameters rollup.build checked before the first use of idle_cover
-            from analyzer import tierjoint
-
-            con.execute(
-                tierjoint.rest_statement(con, stmt, use).replace(
-                    f"TABLE {table} AS", f"TABLE {table}_rest AS", 1
-                ),
-                {k: params[k] for k in referenced_params(stmt)} or None,
-            )
-            con.execute((COMBINE_DIR / f"{table}.sql").read_text("utf-8"))
-            return True
-        source = next(s for t, s in TIERS.values() if t == table)
-        made = build_params(use.width)
-        refs = referenced_params(stmt)
-        if any(float(params[k]) != float(made[k]) for k in refs):
-            return False  # the analysis runs with other parameters: raw samples only
-        if f"FROM {source}\n" not in stmt:
-            return False
-        rest = stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1).replace(
-            f"FROM {source}\n", f"FROM {source}_rest\n"
-        )
-        con.execute(rest, {k: params[k] for k in refs} if refs else None)
-        combine = (COMBINE_DIR / f"{table}.sql").read_text("utf-8")
-        if f"CREATE OR REPLACE VIEW {table} AS" in combine:
-            # read where used: the stored files stay on disk, and only the rest is held
-            con.execute(combine)
-            return True
-        # rows come in no particular order either way: not keeping it is a third cheaper
-        con.execute("SET preserve_insertion_order = false")
-        try:
-            for s in rollup._statements(combine):
-                con.execute(s)
-        finally:
-            con.execute("RESET preserve_insertion_order")
-        con.execute(f"DROP TABLE {table}_rest")  # combined: its memory is the rules' now
-        return True
-    return False
+    # the week files among them -> every host-day each holds (tierweek.select)
+    weeks: dict[str, frozenset[tuple[dt.date, str]]] = field(default_factory=dict)

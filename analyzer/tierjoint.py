@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzer import tier
+from analyzer import tier, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import TABLES
@@ -118,16 +118,13 @@ def cover(
     """Tables ``tier_<table>`` of the current joint tier files of the host-days whose every
     raw file of every source passes ``ok``, and the table ``idle_cover`` of those host-days
     (empty when none)."""
-    from analyzer.views import parquet
-
     con.execute(COVER_SQL)
     by_key: dict[tuple[str, tuple[dt.date, str]], list[layout.FileCheck]] = {}
     for name, cs in checks.items():
         for c in cs:
             by_key.setdefault((name, (c.entry.day, c.entry.host_dir)), []).append(c)
     for tier_table, (table, sources) in tier.JOINT.items():
-        files: list[str] = []
-        keys: list[tuple[dt.date, str]] = []
+        files: dict[tuple[dt.date, str], str] = {}
         for key, cur in current.items():
             if tier_table not in cur or (sources[0], key) not in by_key:
                 continue
@@ -136,18 +133,15 @@ def cover(
                 continue
             if cur[tier_table][1] != tier.sources_hash([c.entry for c in mine]):
                 continue
-            files.append(cur[tier_table][0].path)
-            keys.append(key)
+            files[key] = cur[tier_table][0].path
         if not files:
             continue
-        use.files[tier_table] = dict(zip(keys, files, strict=True))
-        if stage is not None:
-            files = stage(files)
+        files, weeks = tierweek.localise(files, current.weeks, stage)
+        use.files[tier_table] = files
+        use.weeks.update(weeks)
         # a table, read once: a month is ~50 k rows in 750 files, and reading the files is
         # what costs (three reads of them took longer than the statements that use them)
-        con.execute(
-            f"CREATE OR REPLACE TABLE {tier_table} AS SELECT * FROM {parquet(files, False)}"
-        )
+        con.execute(f"CREATE OR REPLACE TABLE {tier_table} AS {tierweek.select(files, use.weeks)}")
         # the host-days as the rows name them (a host's folder is not always its name). One
         # whose file has no rows is not listed: none of its buckets is idle even by its own
         # day's readings, and the analysis derives none for it (see rest_statement)
@@ -164,14 +158,12 @@ def rest_statement(con: duckdb.DuckDBPyConnection, stmt: str, use: tier.TierUse)
     buckets of those host-days only (``idle_gpu_buckets``): the stored buckets of a covered
     host-day are not read at all. A covered host-day whose file holds no segment had no
     idle bucket even by its own day's readings, so none by the analysis's either."""
-    from analyzer.views import parquet
-
     mine = use.files.get("tier_idle_segments", {})
     stored = use.files.get("tier_gpu_buckets")
     if stored is None or "gpu_buckets" not in use.tables or stmt.count(_BUCKETS) != 1:
         return stmt
-    keep = [p for k, p in sorted(stored.items()) if k not in mine]
-    src = (f"SELECT * FROM {parquet(keep, False)} UNION ALL BY NAME " if keep else "") + (
+    keep = {k: p for k, p in stored.items() if k not in mine}
+    src = (f"{tierweek.select(keep, use.weeks)}\nUNION ALL BY NAME\n" if keep else "") + (
         "SELECT * FROM gpu_buckets_rest"
     )
     con.execute(f"CREATE OR REPLACE VIEW idle_gpu_buckets AS {src}")

@@ -2,7 +2,7 @@
 
 :func:`attach` makes, per source table, a view over the current tier files of the
 host-days they cover (``tier_*``) and one over the raw files of the other host-days
-(``<source>_rest``); :func:`analyzer.tier.rollup_with_tier` then combines the two.
+(``<source>_rest``); :func:`rollup_with_tier` then combines the two.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import duckdb
 
-from analyzer import tierjoint
+from analyzer import rollup, tier, tierjoint, tierweek
+from analyzer.packs import referenced_params
 from analyzer.tier import (
     DAY,
     SOURCES,
@@ -27,7 +28,6 @@ from analyzer.tier import (
     sources_hash,
 )
 from analyzer.tierindex import Index
-from analyzer.views import parquet
 from collector import layout
 from collector.store import root_of
 
@@ -77,7 +77,7 @@ def attach(
         # a host with any file outside its day is read raw for this table: exact groups
         misaligned = {c.entry.host_dir for c in checks if not _aligned(c)}
         misaligned_in[source] = misaligned
-        covered: list[layout.Entry] = []
+        covered: dict[str, dict[tuple[dt.date, str], str]] = {t: {} for t in _of(source)}
         rest: list[str] = []
         for key, idx in by_day.items():
             src = sources_hash([checks[i].entry for i in idx])
@@ -86,24 +86,19 @@ def attach(
                 and _is_current(tier.get(key, {}), source, src)
                 and all(usable(checks[i]) for i in idx)
             ):
-                covered += [tier[key][t][0] for t in _of(source)]
+                for t in _of(source):
+                    covered[t][key] = tier[key][t][0].path
             else:
                 rest += [local[source][i] for i in idx]
                 raw_days.add(key)
-        if not covered:
+        if not any(covered.values()):
             continue
-        paths = [e.path for e in covered]
-        if fs is not None:
-            paths = stage(paths)
-        for tier_table in _of(source):
-            mine = use.files[tier_table] = {
-                (e.day, e.host_dir): p
-                for p, e in zip(paths, covered, strict=True)
-                if e.table == tier_table
-            }
+        for tier_table, files in covered.items():
+            files, weeks = tierweek.localise(files, tier.weeks, stage if fs is not None else None)
+            use.files[tier_table] = files
+            use.weeks.update(weeks)
             con.execute(
-                f"CREATE OR REPLACE VIEW {tier_table} AS "
-                f"SELECT * FROM {parquet(list(mine.values()), False)}"
+                f"CREATE OR REPLACE VIEW {tier_table} AS {tierweek.select(files, use.weeks)}"
             )
             use.tables.add(TIERS[tier_table][0])
         rest_sql = view_sql(source, rest) if rest else f"SELECT * FROM {source} LIMIT 0"
@@ -173,3 +168,50 @@ def attach_opened(
         lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
         index,
     )
+
+
+def rollup_with_tier(
+    con: duckdb.DuckDBPyConnection, stmt: str, params: dict[str, Any], use: TierUse
+) -> bool:
+    """Run a first-stage rollup statement as tier + rest when the tier covers it;
+    False when the statement is not one the tier stores (run it as it is)."""
+    for table in use.tables:
+        if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
+            continue
+        if table in tier.JOINT_TABLES:
+            # the statement itself leaves out the host-days the tier covers (idle_cover),
+            # whose parameters rollup.build checked before the first use of idle_cover
+            con.execute(
+                tierjoint.rest_statement(con, stmt, use).replace(
+                    f"TABLE {table} AS", f"TABLE {table}_rest AS", 1
+                ),
+                {k: params[k] for k in referenced_params(stmt)} or None,
+            )
+            con.execute((tier.COMBINE_DIR / f"{table}.sql").read_text("utf-8"))
+            return True
+        source = next(s for t, s in TIERS.values() if t == table)
+        made = tier.build_params(use.width)
+        refs = referenced_params(stmt)
+        if any(float(params[k]) != float(made[k]) for k in refs):
+            return False  # the analysis runs with other parameters: raw samples only
+        if f"FROM {source}\n" not in stmt:
+            return False
+        rest = stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1).replace(
+            f"FROM {source}\n", f"FROM {source}_rest\n"
+        )
+        con.execute(rest, {k: params[k] for k in refs} if refs else None)
+        combine = (tier.COMBINE_DIR / f"{table}.sql").read_text("utf-8")
+        if f"CREATE OR REPLACE VIEW {table} AS" in combine:
+            # read where used: the stored files stay on disk, and only the rest is held
+            con.execute(combine)
+            return True
+        # rows come in no particular order either way: not keeping it is a third cheaper
+        con.execute("SET preserve_insertion_order = false")
+        try:
+            for s in rollup._statements(combine):
+                con.execute(s)
+        finally:
+            con.execute("RESET preserve_insertion_order")
+        con.execute(f"DROP TABLE {table}_rest")  # combined: its memory is the rules' now
+        return True
+    return False

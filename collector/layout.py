@@ -40,6 +40,9 @@ REPLACES_KEY = b"leakreport.replaces"
 SCHEMA_KEY = b"leakreport.schema_version"
 TABLE_KEY = b"leakreport.table"
 MAX_COMPONENT = 200  # bytes of an encoded host name; longer ones end in ~<hash>
+# the host folder of a file that holds rows of every host (the rollup tier's week files):
+# no host name encodes to it, as ``@`` is always percent-encoded
+FLEET_DIR = "@all"
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _PCT = re.compile(r"%[0-9A-F]{2}")

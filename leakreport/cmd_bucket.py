@@ -68,7 +68,8 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     BUCKET is a folder or s3://bucket/prefix. Only host-days whose tier is missing
     or stale (the rollup SQL or the log parser changed, late files arrived,
     compaction ran since) are derived; analyses give the same findings with or
-    without the tier. A week
+    without the tier. Each week's tier files are then merged into one file per
+    table for all hosts (fewer files to open). A week
     (Monday to Sunday, all before --before and before today) is analysed with the
     default pack and options when its stored findings are missing or stale (its
     trace files, the code or the packs changed), and stored only when the analysis
@@ -85,7 +86,10 @@ def rollup(bucket: str, before: dt.date | None) -> None:
         res = build(bucket, before, progress=console())
     except (BucketError, OSError, RuntimeError) as e:
         die(str(e))
-    click.echo(f"{plural(res.built, 'host-day')} derived, {res.current} already current")
+    click.echo(
+        f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
+        f"{plural(res.weeks, 'week file')} written"
+    )
     for line in res.skipped or []:
         err(f"leakreport: incomplete: left out: {line}")
     store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())

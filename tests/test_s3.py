@@ -211,4 +211,5 @@ def test_tier_hosts_and_bad_objects_on_s3(s3, tmp_path) -> None:
     ]
     res = tier.build(bucket, before=dt.date(2026, 11, 24))
     assert res.built == 3 and res.skipped and "gpu_samples-junk" in res.skipped[0]
+    assert res.weeks == len(tier.ALL_TIERS)  # the week files, written to S3
     assert _comparable(analyze(bucket, packs, now=NOW)) == _comparable(bad)

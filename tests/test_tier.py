@@ -51,17 +51,18 @@ def _tier_files(bucket: Path) -> list[Path]:
     return sorted(p for t in tier.ALL_TIERS for p in (bucket / t).rglob("*.parquet"))
 
 
-def test_findings_identical_with_no_partial_and_full_tier(bucket) -> None:
+@pytest.mark.parametrize("weeks", [False, True], ids=["day-files", "week-files"])
+def test_findings_identical_with_no_partial_and_full_tier(bucket, weeks: bool) -> None:
     said: list[str] = []
     none = _doc(bucket, said)
     assert not [s for s in said if s.startswith("rollup tier")]
     assert json.loads(none)["findings"], "the scenario must find something to compare"
-    part = tier.build(bucket, before=DAY2)  # only the first day is finished
+    part = tier.build(bucket, before=DAY2, weeks=weeks)  # only the first day is finished
     assert part.built == 2 and part.current == 0
     said = []
     assert _doc(bucket, said) == none
     assert "rollup tier: 2 host-days stored, 2 derived from raw samples" in said
-    full = tier.build(bucket, before=NOW.date())
+    full = tier.build(bucket, before=NOW.date(), weeks=weeks)
     assert (full.built, full.current) == (2, 2)  # the first day was already current
     said = []
     assert _doc(bucket, said) == none
@@ -107,7 +108,7 @@ def _rollup_figure(bucket: Path, sql: str) -> float:
 
 def test_the_tier_is_read_where_current(bucket) -> None:
     none = _doc(bucket)
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     for t, (col, sql) in SENTINEL.items():
         assert _rollup_figure(bucket, sql) < BIG
         files = sorted((bucket / t).rglob("*.parquet"))
@@ -124,7 +125,7 @@ def test_stored_rows_are_read_in_place_not_copied_into_memory(bucket) -> None:
     from analyzer import bucket as bucket_mod
     from analyzer import logevents, rollup
 
-    tier.build(bucket, before=DAY2)
+    tier.build(bucket, before=DAY2, weeks=False)
     opened = bucket_mod.open_checked(bucket, now=NOW)
     try:
         logevents.build(opened.con)
@@ -146,7 +147,7 @@ def test_stored_rows_are_read_in_place_not_copied_into_memory(bucket) -> None:
 @pytest.mark.parametrize("stale_table", sorted(SENTINEL))
 def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket, stale_table: str) -> None:
     none = _doc(bucket)
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     col, sql = SENTINEL[stale_table]
     stale = [f for f in _tier_files(bucket) if f"{stale_table}/" in str(f)]
     assert stale
@@ -154,7 +155,7 @@ def test_a_stale_tier_is_never_read_and_is_rebuilt(bucket, stale_table: str) -> 
         _rewrite(f, col, BIG, {tier.HASH_KEY: b"0" * 32})
     assert _rollup_figure(bucket, sql) < BIG  # the stale host-days come from raw samples
     assert _doc(bucket) == none
-    again = tier.build(bucket, before=NOW.date())
+    again = tier.build(bucket, before=NOW.date(), weeks=False)
     assert again.built == len(stale) and not any(f.exists() for f in stale)
     assert _doc(bucket) == none
 
@@ -165,7 +166,7 @@ def test_other_parameters_read_raw_samples(bucket) -> None:
     from analyzer import bucket as bucket_mod
     from analyzer import logevents, rollup
 
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     for f in (bucket / "tier_proc_bins").rglob("*.parquet"):
         _rewrite(f, "used_max", BIG)
     for f in (bucket / "tier_gpu_buckets").rglob("*.parquet"):
@@ -181,19 +182,23 @@ def test_other_parameters_read_raw_samples(bucket) -> None:
     assert pb is not None and pb < BIG and gb == BIG
 
 
-def test_late_data_makes_the_day_raw_until_rebuilt(bucket) -> None:
-    tier.build(bucket, before=NOW.date())
+@pytest.mark.parametrize("weeks", [False, True], ids=["day-files", "week-files"])
+def test_late_data_makes_the_day_raw_until_rebuilt(bucket, weeks: bool) -> None:
+    tier.build(bucket, before=NOW.date(), weeks=weeks)
     folder = next((bucket / "gpu_samples").glob("date=2026-11-23/host=*"))
     late = next(folder.glob("*.parquet"))
     shutil.copy(late, folder / "gpu_samples-20261123T235959000000Z-late00000000.parquet")
     said: list[str] = []
     _doc(bucket, said)
     assert "rollup tier: 3 host-days stored, 1 derived from raw samples" in said
-    assert tier.build(bucket, before=NOW.date()).built == 1
+    assert tier.build(bucket, before=NOW.date(), weeks=weeks).built == 1
+    said = []
+    _doc(bucket, said)
+    assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
 
 
 def test_tier_files_follow_the_layout(bucket) -> None:
-    tier.build(bucket, before=DAY2)
+    tier.build(bucket, before=DAY2, weeks=False)
     for t in tier.ALL_TIERS:
         entries = layout.list_entries(str(bucket), t)
         assert {e.day for e in entries} == {dt.date(2026, 11, 23)}
@@ -210,9 +215,10 @@ def test_rollup_command(bucket) -> None:
     args = [sys.executable, "-m", "leakreport", "rollup", str(bucket), "--before", "2026-11-24"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "2 host-days derived, 0 already current" in r.stdout
+    n = len(tier.ALL_TIERS)  # one week: a file per tier table
+    assert f"2 host-days derived, 0 already current, {n} week files written" in r.stdout
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert "0 host-days derived, 2 already current" in r.stdout
+    assert "0 host-days derived, 2 already current, 0 week files written" in r.stdout
 
 
 def test_rollup_of_no_bucket_fails_naming_it(tmp_path) -> None:
@@ -363,7 +369,7 @@ def _footer_reads(monkeypatch) -> list[str]:
 
 
 def test_the_index_opens_the_same_bucket_without_reading_footers(bucket, monkeypatch) -> None:
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     assert _index(bucket).exists()
     without = _without_index(bucket, _opened)
     reads = _footer_reads(monkeypatch)
@@ -381,12 +387,12 @@ def test_the_index_opens_the_same_bucket_without_reading_footers(bucket, monkeyp
 
 def test_a_rollup_with_nothing_new_reads_no_footer(bucket, monkeypatch) -> None:
     said: list[str] = []
-    tier.build(bucket, before=NOW.date(), progress=said.append)
+    tier.build(bucket, before=NOW.date(), progress=said.append, weeks=False)
     assert not [s for s in said if "tier index" in s]  # none yet is not a damaged one
     before = _index_files(bucket)
     assert sorted(before) == ["2026-11-23.json", "2026-11-24.json"]  # one file a day
     reads = _footer_reads(monkeypatch)
-    res = tier.build(bucket, before=NOW.date())
+    res = tier.build(bucket, before=NOW.date(), weeks=False)
     assert (res.built, res.current) == (0, 4)
     assert reads == []
     assert _index_files(bucket) == before  # not even written again
@@ -397,7 +403,7 @@ def test_an_analysis_reads_the_index_of_its_days_only(bucket, monkeypatch) -> No
     from analyzer import tierindex
     from analyzer.bucket import Scope
 
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     read: list[str] = []
     real = tierindex.read_small
     monkeypatch.setattr(tierindex, "read_small", lambda w, fs: read.append(w) or real(w, fs))
@@ -407,10 +413,10 @@ def test_an_analysis_reads_the_index_of_its_days_only(bucket, monkeypatch) -> No
 
 def test_an_old_one_file_index_is_replaced(bucket) -> None:
     """The one-file index of an earlier version is ignored, and the rollup removes it."""
-    tier.build(bucket, before=DAY2)
+    tier.build(bucket, before=DAY2, weeks=False)
     old = _index(bucket) / "footers.json"
     old.write_bytes(b'{"format":2}')
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     assert sorted(f.name for f in _index(bucket).iterdir()) == [
         "2026-11-23.json",
         "2026-11-24.json",
@@ -425,7 +431,7 @@ def _files(bucket: Path, table: str = "gpu_samples") -> list[Path]:
 def test_a_raw_file_changed_after_the_rollup_is_checked_again(bucket, monkeypatch, how) -> None:
     import os
 
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     f = _files(bucket)[0]
     data = f.read_bytes()
     if how == "truncated":
@@ -455,7 +461,7 @@ def test_a_raw_file_changed_after_the_rollup_is_checked_again(bucket, monkeypatc
     ],
 )
 def test_a_damaged_or_foreign_index_is_ignored(bucket, monkeypatch, damage) -> None:
-    tier.build(bucket, before=NOW.date())
+    tier.build(bucket, before=NOW.date(), weeks=False)
     want = _without_index(bucket, _opened)
     for idx in _index(bucket).iterdir():
         idx.write_bytes(damage(idx.read_bytes()))
@@ -463,7 +469,7 @@ def test_a_damaged_or_foreign_index_is_ignored(bucket, monkeypatch, damage) -> N
     assert _opened(bucket) == want
     assert len(reads) == len(list(bucket.rglob("*.parquet")))  # every footer, as before
     said: list[str] = []
-    tier.build(bucket, before=NOW.date(), progress=said.append)
+    tier.build(bucket, before=NOW.date(), progress=said.append, weeks=False)
     assert any(s.startswith("tier index") and "footers are read instead" in s for s in said)
     reads.clear()
     assert _opened(bucket) == want and reads == []  # the rollup wrote it anew
@@ -481,7 +487,7 @@ def test_the_index_on_s3(tmp_path, monkeypatch) -> None:
         bucket = "s3://leaktraces/indexed"
         simulate("cache-warmup", bucket, hosts=1, hours=30, seed=5, start=START)
         said: list[str] = []
-        tier.build(bucket, before=NOW.date(), progress=said.append)
+        tier.build(bucket, before=NOW.date(), progress=said.append, weeks=False)
         assert not [s for s in said if "tier index" in s]  # none yet is not a damaged one
         fs = s3_filesystem()
         from pyarrow import fs as pafs
@@ -540,7 +546,9 @@ def _view_sql(bucket: Path, table: str) -> tuple[str, int]:
 def test_files_alike_are_read_without_reconciling_their_schemas(bucket, monkeypatch) -> None:
     """Where every file of a table has one Parquet schema, its view does not ask DuckDB to
     reconcile them (union_by_name): same findings; a file of another schema brings it back."""
-    tier.build(bucket, before=DAY2)  # a partial tier: the _rest views read raw files too
+    tier.build(
+        bucket, before=DAY2, weeks=False
+    )  # a partial tier: the _rest views read raw files too
     sql, rows = _view_sql(bucket, "gpu_samples")
     assert "union_by_name" not in sql
     assert rows == sum(pq.read_metadata(f).num_rows for f in _files(bucket))

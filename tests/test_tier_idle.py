@@ -119,7 +119,13 @@ def made(tmp_path_factory) -> Path:
     return out
 
 
-def test_idle_windows_identical_with_no_partial_and_full_tier(made: Path, tmp_path: Path) -> None:
+WEEKS = pytest.mark.parametrize("weeks", [False, True], ids=["day-files", "week-files"])
+
+
+@WEEKS
+def test_idle_windows_identical_with_no_partial_and_full_tier(
+    made: Path, tmp_path: Path, weeks: bool
+) -> None:
     import shutil
 
     out = Path(shutil.copytree(made, tmp_path / "b"))
@@ -137,17 +143,17 @@ def test_idle_windows_identical_with_no_partial_and_full_tier(made: Path, tmp_pa
     assert len(across) == 1
     assert 2000 * MIB < across[0][5] < 2018 * MIB or 1500 * MIB < across[0][5] < 1518 * MIB
 
-    tier.build(out, before=D2.date())  # the first day stored
+    tier.build(out, before=D2.date(), weeks=weeks)  # the first day stored
     assert _windows(out) == (raw, 1)
-    tier.build(out, before=D3.date())  # and the second: the third is derived
+    tier.build(out, before=D3.date(), weeks=weeks)  # and the second: the third is derived
     assert _windows(out) == (raw, 2)
     # the second day's stored segments hold its first bucket as idle (the day alone cannot
     # tell): the analysis checked it against the first day's last reading
     import duckdb
 
     (stored,) = duckdb.connect().execute(
-        f"SELECT count(*) FROM read_parquet('{out}/tier_idle_segments/date=2026-11-24/*/*.parquet') "
-        f"WHERE zone AND b0 = {int(D2.timestamp()) // 60}"
+        f"SELECT count(*) FROM read_parquet('{out}/tier_idle_segments*/*/*/*.parquet', "
+        f"union_by_name = true) WHERE zone AND b0 = {int(D2.timestamp()) // 60}"
     ).fetchone() or (0,)
     assert stored == 1
 
@@ -180,14 +186,18 @@ def test_other_idle_parameters_derive_every_day(made: Path, tmp_path: Path) -> N
     assert windows({"idle_util_pct": 95.0}) == (n, 0)
 
 
-def test_late_log_lines_make_their_day_derived_again(made: Path, tmp_path: Path) -> None:
+@WEEKS
+def test_late_log_lines_make_their_day_derived_again(
+    made: Path, tmp_path: Path, weeks: bool
+) -> None:
     """Log lines written after the rollup make that host-day's stored segments stale (its
     stored buckets are still read): the windows are those of raw samples, with the new
     busy minutes."""
     import shutil
 
     out = Path(shutil.copytree(made, tmp_path / "b"))
-    tier.build(out, before=D3.date())
+    tier.build(out, before=D3.date(), weeks=weeks)
+    assert any((out / f"{t}_week").exists() for t in tier.ALL_TIERS) == weeks
     t0 = D2 + dt.timedelta(hours=20)
     late = [
         {
@@ -206,6 +216,7 @@ def test_late_log_lines_make_their_day_derived_again(made: Path, tmp_path: Path)
     plain = Path(shutil.copytree(out, tmp_path / "plain"))
     for t in tier.ALL_TIERS:
         shutil.rmtree(plain / t, ignore_errors=True)
+        shutil.rmtree(plain / f"{t}_week", ignore_errors=True)
     raw, _ = _windows(plain)
     assert t0 in {r[3] for r in raw}  # the late lines end a window
     assert _windows(out) == (raw, 1)  # the first day stored; the second derived again
@@ -220,4 +231,8 @@ def test_late_log_lines_make_their_day_derived_again(made: Path, tmp_path: Path)
         ).fetchone() or ("",)
     finally:
         opened.con.close()
-    assert "tier_gpu_buckets/date=2026-11-24/" in sql and "date=2026-11-23" not in sql
+    if weeks:  # the week file, its rows of the second day only
+        assert "tier_gpu_buckets_week/date=2026-11-23/" in sql
+        assert "_tier_key IN ('2026-11-24/h')" in sql
+    else:
+        assert "tier_gpu_buckets/date=2026-11-24/" in sql and "date=2026-11-23" not in sql

@@ -1,0 +1,208 @@
+"""Week files of the rollup tier: each host-day is read from exactly one file, whatever
+state a rollup (or a crash in one) left behind, and the findings are those of raw samples."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer import tier
+from analyzer.bucket import Scope
+from analyzer.packs import load_packs
+from analyzer.runner import analyze
+from collector import layout
+from simulator.generate import simulate
+
+# Sunday noon to Tuesday 04:00: two finished days in two weeks, and today
+START = dt.datetime(2026, 11, 29, 12, tzinfo=dt.UTC)
+NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
+BEFORE = NOW.date()
+WEEKS = {dt.date(2026, 11, 23), dt.date(2026, 11, 30)}
+BIG = 7 * 10**15
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tierweek") / "bucket"
+    for scenario in ("fast-image-processor-leak", "cache-warmup"):
+        simulate(scenario, out, hosts=1, hours=40, seed=11, start=START)
+    return out
+
+
+@pytest.fixture
+def bucket(base: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(base, tmp_path / "bucket"))
+
+
+def _doc(bucket: Path, scope: Scope | None = None, said: list[str] | None = None) -> str:
+    d = analyze(
+        bucket,
+        load_packs(),
+        scope=scope,
+        now=NOW,
+        progress=said.append if said is not None else None,
+    ).to_dict()
+    for r in d["run"]["rules"]:
+        r.pop("duration_s")
+    d["run"].pop("bucket")
+    return json.dumps(d, sort_keys=True)
+
+
+def _figures(bucket: Path) -> tuple[float, ...]:
+    """Sums that count every row once: a host-day read twice (or not at all) changes them."""
+    from analyzer import bucket as bucket_mod
+    from analyzer import logevents, rollup
+
+    opened = bucket_mod.open_checked(bucket, now=NOW)
+    try:
+        logevents.build(opened.con)
+        rollup.build(opened.con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        row = opened.con.execute(
+            """SELECT (SELECT sum(samples) FROM gpu_info),
+                      (SELECT count(*) FROM gpu_buckets), (SELECT max(used_max) FROM gpu_buckets),
+                      (SELECT count(*) FROM metric_norm), (SELECT count(*) FROM proc_bins),
+                      (SELECT count(*) FROM idle_windows)"""
+        ).fetchone()
+        assert row is not None
+        return tuple(float(x) for x in row)
+    finally:
+        opened.con.close()
+
+
+def _day_files(bucket: Path) -> list[Path]:
+    return sorted(p for t in tier.ALL_TIERS for p in (bucket / t).rglob("*.parquet"))
+
+
+def _week_files(bucket: Path, t: str = "tier_gpu_buckets") -> list[Path]:
+    return sorted((bucket / f"{t}_week").rglob("*.parquet"))
+
+
+def _set(f: Path, col: str, value: float, meta: dict[bytes, bytes] | None = None) -> None:
+    """Every row's ``col`` set to ``value``, the footer kept (but for ``meta``)."""
+    t = pq.read_table(f)
+    md = dict(t.schema.metadata or {})
+    i = t.schema.get_field_index(col)
+    new = pa.array([value] * t.num_rows, t.schema.field(i).type)
+    f.unlink()
+    pq.write_table(t.set_column(i, col, new).replace_schema_metadata(md | (meta or {})), f)
+
+
+def test_a_rollup_leaves_each_week_in_one_file_per_table(bucket: Path) -> None:
+    none, plain = _doc(bucket), _figures(bucket)
+    res = tier.build(bucket, before=BEFORE)
+    assert (res.built, res.weeks) == (4, 2 * len(tier.ALL_TIERS))
+    assert _day_files(bucket) == []
+    hosts = {e.host_dir for e in layout.list_entries(str(bucket), "gpu_samples")}
+    assert len(hosts) == 2
+    for t in tier.ALL_TIERS:
+        entries = layout.list_entries(str(bucket), f"{t}_week")
+        assert {e.day for e in entries} == WEEKS and len(entries) == 2, t
+        for e in entries:
+            assert e.host_dir == layout.FLEET_DIR
+            md = pq.read_metadata(e.path).metadata
+            assert md[tier.HASH_KEY].decode() == tier.sql_hash(60.0, t)
+            held = set(json.loads(md[tier.SOURCES_KEY]))
+            day = "2026-11-29" if e.day == dt.date(2026, 11, 23) else "2026-11-30"
+            assert held == {f"{day}/{h}" for h in hosts}, t
+            keys = pq.read_table(e.path, columns=["_tier_key"]).column(0).to_pylist()
+            assert set(keys) <= held and keys == sorted(keys)
+    names = sorted(p.name for t in tier.ALL_TIERS for p in _week_files(bucket, t))
+    said: list[str] = []
+    assert _doc(bucket, said=said) == none and _figures(bucket) == plain
+    assert "rollup tier: 4 host-days stored, 2 derived from raw samples" in said
+    again = tier.build(bucket, before=BEFORE)  # nothing new: nothing written
+    assert (again.built, again.weeks) == (0, 0)
+    assert sorted(p.name for t in tier.ALL_TIERS for p in _week_files(bucket, t)) == names
+
+
+def test_the_week_files_are_what_is_read(bucket: Path) -> None:
+    plain = _figures(bucket)
+    tier.build(bucket, before=BEFORE)
+    for f in _week_files(bucket):
+        _set(f, "used_max", BIG)  # same hashes, other numbers: the analysis must show them
+    got = _figures(bucket)
+    assert got[2] >= BIG and got[:2] == plain[:2] and got[3:] == plain[3:]
+
+
+@pytest.mark.parametrize("table", sorted(tier.ALL_TIERS))
+def test_a_stale_week_file_is_never_read_and_is_written_again(bucket: Path, table: str) -> None:
+    none, plain = _doc(bucket), _figures(bucket)
+    tier.build(bucket, before=BEFORE)
+    stale = _week_files(bucket, table)
+    col = {"tier_gpu_info": "samples", "tier_metric_norm": "value", "tier_idle_segments": "high"}
+    for f in stale:  # made by "other SQL", and with other numbers
+        _set(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
+    assert _figures(bucket) == plain
+    assert _doc(bucket) == none
+    again = tier.build(bucket, before=BEFORE)
+    assert again.built == 4 and again.weeks >= 2 and not any(f.exists() for f in stale)
+    assert len(_week_files(bucket, table)) == 2 and _day_files(bucket) == []
+    assert _doc(bucket) == none and _figures(bucket) == plain
+
+
+def test_day_files_left_beside_a_week_file_are_read_instead_of_it(bucket: Path) -> None:
+    """A crash after writing the week file and before deleting the day files it holds."""
+    none, plain = _doc(bucket), _figures(bucket)
+    tier.build(bucket, before=BEFORE, weeks=False)
+    aside = bucket.parent / "aside"
+    for t in tier.ALL_TIERS:
+        shutil.copytree(bucket / t, aside / t)
+    tier.build(bucket, before=BEFORE)
+    assert _day_files(bucket) == []
+    for t in tier.ALL_TIERS:
+        shutil.copytree(aside / t, bucket / t, dirs_exist_ok=True)
+    for f in _week_files(bucket):
+        _set(f, "used_max", BIG)
+    assert _figures(bucket) == plain  # every host-day once, from its day file
+    assert _doc(bucket) == none
+    res = tier.build(bucket, before=BEFORE)  # the next rollup puts them in week files
+    assert res.built == 0 and res.weeks == 2 * len(tier.ALL_TIERS) and _day_files(bucket) == []
+    assert _figures(bucket) == plain and _doc(bucket) == none
+
+
+def test_of_two_week_files_holding_a_day_the_newest_is_read(bucket: Path) -> None:
+    plain = _figures(bucket)
+    tier.build(bucket, before=BEFORE)
+    for f in _week_files(bucket):
+        newer = f.with_name(layout.file_name("tier_gpu_buckets_week", dt.datetime.now(dt.UTC)))
+        shutil.copy(f, newer)
+        _set(newer, "used_max", BIG)
+    got = _figures(bucket)
+    assert got[2] >= BIG and got[1] == plain[1]  # the newest one's rows, and once
+    res = tier.build(bucket, before=BEFORE)
+    assert res.weeks == 2 and len(_week_files(bucket)) == 2
+    assert _figures(bucket) == got
+
+
+def test_a_scope_reads_its_host_days_of_a_week_file(bucket: Path) -> None:
+    """An analysis of one host and one day reads that host-day's rows of the week file."""
+    hosts = sorted({e.host for e in layout.list_entries(str(bucket), "gpu_samples")})
+    scope = Scope(since=dt.date(2026, 11, 30), hosts=hosts[:1])
+    want = _doc(bucket, scope)
+    both = Scope(hosts=hosts[:1])
+    want_both = _doc(bucket, both)
+    tier.build(bucket, before=BEFORE)
+    said: list[str] = []
+    assert _doc(bucket, scope, said) == want
+    assert "rollup tier: 1 host-days stored, 1 derived from raw samples" in said
+    assert _doc(bucket, both) == want_both
+
+
+def test_late_data_in_a_packed_week_is_read_raw_then_packed_again(bucket: Path) -> None:
+    tier.build(bucket, before=BEFORE)
+    folder = next((bucket / "gpu_samples").glob("date=2026-11-30/host=*"))
+    late = next(folder.glob("*.parquet"))
+    shutil.copy(late, folder / "gpu_samples-20261130T235959000000Z-late00000000.parquet")
+    said: list[str] = []
+    late_doc = _doc(bucket, said=said)
+    assert "rollup tier: 3 host-days stored, 3 derived from raw samples" in said
+    res = tier.build(bucket, before=BEFORE)
+    # the host-day's device-sample tables and its idle segments, in the week of the 30th
+    assert (res.built, res.weeks) == (1, 3) and _day_files(bucket) == []
+    assert _doc(bucket) == late_doc
