@@ -56,6 +56,7 @@ ROLLUP_TABLES = (
     "alloc_devices",
     "alloc_bins",
     "alloc_trend",
+    "source_runs",
 )
 
 

@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from analyzer import series
+from analyzer import rollup, series
 from analyzer.findings import FindingsDocument, RunInfo, iso_utc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +62,13 @@ def _ts(t: float) -> dt.datetime:
 def _table(con: duckdb.DuckDBPyConnection, name: str, cols: dict[str, list]) -> None:
     data = pa.table(cols)  # noqa: F841 - read by name below
     con.execute(f"CREATE TABLE {name} AS SELECT * FROM data")
+
+
+def _source_runs(con: duckdb.DuckDBPyConnection) -> None:
+    """The rollup the failed-source gaps are read from, over the table collector_runs."""
+    (f,) = [f for f in rollup.rollup_files() if f.name == "07_source_runs.sql"]
+    for stmt in rollup._statements(f.read_text(encoding="utf-8")):
+        con.execute(stmt)
 
 
 def _expected_gpu(rows: list[tuple[int, int, int]], first: float, last: float) -> list[list]:
@@ -205,6 +212,7 @@ def filled() -> tuple[FindingsDocument, dict]:
             "ts": [_ts(T0), _ts(T0 + 60), _ts(T0 + 120), _ts(T0)],
         },
     )
+    _source_runs(con)
     n_alloc = 1000
     _table(
         con,
@@ -301,8 +309,62 @@ def test_no_failed_source_is_no_gap() -> None:
             "ts": [_ts(T0)],
         },
     )
+    _source_runs(con)
     assert series.source_failures(con) == []
     con.execute("UPDATE collector_runs SET status = 'failed', error = 'boom'")
+    _source_runs(con)
     assert series.source_failures(con) == [
         "h: source nvml failed in 1 of 1 collector runs (last: boom)"
     ]
+
+
+def test_source_runs_added_up_by_day_are_those_of_every_run() -> None:
+    """The stored tier keeps source_runs per host-day; added up (tier/source_runs.sql) they
+    are what one pass over every run gives: counts, and the last error, also where two
+    failures share an instant, the latest has no error text, or a day has no failure."""
+    from analyzer import tier
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")  # days are UTC days, as in the bucket
+    day = 86400
+    runs = [  # host, source, status, error, seconds
+        ("h", "metrics", "failed", "b", 10),
+        ("h", "metrics", "failed", "a", 10),
+        ("h", "metrics", "ok", None, 20),
+        ("h", "metrics", "failed", "z-early", day - 5),
+        ("h", "metrics", "failed", "c", day + 10),
+        ("h", "metrics", "failed", "b", day + 10),
+        ("h", "metrics", "failed", None, day + 99),  # latest, but no text
+        ("h", "nvml", "ok", None, 30),
+        ("h", "nvml", "ok", None, day + 30),
+        ("g", "logs", "failed", "x", 2 * day + 1),
+        ("g", "logs", "ok", None, 1),
+    ]
+    _table(
+        con,
+        "all_runs",
+        {
+            "host": [r[0] for r in runs],
+            "source": [r[1] for r in runs],
+            "status": [r[2] for r in runs],
+            "error": pa.array([r[3] for r in runs], pa.string()),
+            "ts": [_ts(T0 + r[4]) for r in runs],
+        },
+    )
+    got = "SELECT * FROM source_runs ORDER BY host, source"
+    con.execute("CREATE VIEW collector_runs AS SELECT * FROM all_runs")
+    _source_runs(con)
+    whole = con.execute(got).fetchall()
+    assert ("h", "metrics", 6, 7, "c", dt.datetime.fromtimestamp(T0 + day + 10, dt.UTC)) in whole
+    con.execute("CREATE TABLE tier_source_runs AS SELECT * FROM source_runs LIMIT 0")
+    days = con.execute("SELECT DISTINCT ts::DATE FROM all_runs").fetchall()
+    for (d,) in days:
+        con.execute(
+            f"CREATE OR REPLACE VIEW collector_runs AS "
+            f"SELECT * FROM all_runs WHERE ts::DATE = DATE '{d}'"
+        )
+        _source_runs(con)
+        con.execute("INSERT INTO tier_source_runs SELECT * FROM source_runs")
+    con.execute("CREATE TABLE source_runs_rest AS SELECT * FROM source_runs LIMIT 0")
+    con.execute((tier.COMBINE_DIR / "source_runs.sql").read_text("utf-8"))
+    assert con.execute(got).fetchall() == whole

@@ -75,6 +75,7 @@ SENTINEL = {
     "tier_gpu_buckets": ("used_max", "SELECT max(used_max) FROM gpu_buckets"),
     "tier_metric_norm": ("value", "SELECT max(value) FROM metric_norm"),
     "tier_proc_bins": ("used_max", "SELECT max(used_max) FROM proc_bins"),
+    "tier_source_runs": ("runs", "SELECT max(runs) FROM source_runs"),
     "tier_idle_segments": ("high", "SELECT max(high) FROM idle_windows"),
 }
 BIG = 7 * 10**15

@@ -135,7 +135,12 @@ def test_a_stale_week_file_is_never_read_and_is_written_again(bucket: Path, tabl
     none, plain = _doc(bucket), _figures(bucket)
     tier.build(bucket, before=BEFORE)
     stale = _week_files(bucket, table)
-    col = {"tier_gpu_info": "samples", "tier_metric_norm": "value", "tier_idle_segments": "high"}
+    col = {
+        "tier_gpu_info": "samples",
+        "tier_metric_norm": "value",
+        "tier_idle_segments": "high",
+        "tier_source_runs": "runs",
+    }
     for f in stale:  # made by "other SQL", and with other numbers
         _set(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
     assert _figures(bucket) == plain
@@ -206,3 +211,22 @@ def test_late_data_in_a_packed_week_is_read_raw_then_packed_again(bucket: Path) 
     # the host-day's device-sample tables and its idle segments, in the week of the 30th
     assert (res.built, res.weeks) == (1, 3) and _day_files(bucket) == []
     assert _doc(bucket) == late_doc
+
+
+def test_failed_collector_sources_read_the_same_from_the_tier(bucket: Path) -> None:
+    """Failures on two days of two weeks: counted and named the same from week files."""
+    from collector.writer import BucketWriter
+
+    host = sorted({e.host for e in layout.list_entries(str(bucket), "collector_runs")})[0]
+    rows = [
+        {"ts": START + dt.timedelta(hours=h), "host": host, "run_id": f"r{h}",
+         "source": "metrics", "status": "failed", "error": err}
+        for h, err in ((2, "refused"), (3, "timed out"), (20, None))
+    ]  # fmt: skip
+    BucketWriter(bucket, host).write("collector_runs", rows)
+    none = _doc(bucket)
+    gaps = json.loads(none)["run"]["gaps"]
+    assert [g for g in gaps if "source metrics failed in 3 of" in g and "timed out" in g]
+    res = tier.build(bucket, before=BEFORE)
+    assert res.weeks == 2 * len(tier.ALL_TIERS)
+    assert _doc(bucket) == none
