@@ -33,6 +33,7 @@ from analyzer.views import parquet, sql_str
 from collector import layout
 
 KEY_COL = "_tier_key"
+MEMORY_LIMIT = "512MB"  # for writing a week file (the analysis has its own budget)
 SUFFIX = "_week"
 Key = tuple[dt.date, str]  # (day, host folder)
 
@@ -150,6 +151,9 @@ def pack(
     written = 0
     with duckdb.connect() as con, tempfile.TemporaryDirectory(prefix="leakreport-week-") as tmp:
         con.execute("SET TimeZone = 'UTC'")
+        # a week's rows are sorted in bounded memory: what does not fit goes to disk
+        con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        con.execute(f"SET temp_directory = {sql_str(tmp)}")
         for (t, m), own in sorted(by_week.items()):
             there = listed.get((t, m), [])
             held = {e.path for e, _s in own.values()}
@@ -171,10 +175,13 @@ def pack(
             }
             out = Path(tmp) / "week.parquet"
             kv = ", ".join(f"{sql_str(k)}: {sql_str(v)}" for k, v in meta.items())
-            con.execute(
-                f"COPY ({body}) TO {sql_str(str(out))} "
-                f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{{kv}}})"
-            )
+            try:
+                con.execute(
+                    f"COPY ({body}) TO {sql_str(str(out))} "
+                    f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{{kv}}})"
+                )
+            except duckdb.Error as err:  # a stored file that cannot be read whole
+                raise RuntimeError(f"tier week of {m}: {t} not written: {err}") from err
             _put(bucket, week_table(t), m, out)
             out.unlink()
             for e in [*there, *(e for e, _s in own.values() if not is_week(e))]:

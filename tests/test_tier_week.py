@@ -230,3 +230,24 @@ def test_failed_collector_sources_read_the_same_from_the_tier(bucket: Path) -> N
     res = tier.build(bucket, before=BEFORE)
     assert res.weeks == 2 * len(tier.ALL_TIERS)
     assert _doc(bucket) == none
+
+
+def test_a_week_file_that_cannot_be_read_whole_stops_the_rollup_naming_it(bucket: Path) -> None:
+    """Its footer reads, its rows do not: rewriting the week (late data) is an error that
+    names the week and table (exit 2), not a traceback, and nothing is deleted."""
+    import subprocess
+    import sys
+
+    tier.build(bucket, before=BEFORE)
+    (f,) = [p for p in _week_files(bucket) if "date=2026-11-30" in str(p)]
+    raw = bytearray(f.read_bytes())
+    raw[4:4000] = bytes(3996)  # the first pages, not the footer
+    f.write_bytes(bytes(raw))
+    folder = next((bucket / "gpu_samples").glob("date=2026-11-30/host=*"))
+    late = next(folder.glob("*.parquet"))
+    shutil.copy(late, folder / "gpu_samples-20261130T235959000000Z-late00000000.parquet")
+    args = [sys.executable, "-m", "leakreport", "rollup", str(bucket), "--before", str(BEFORE)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "tier week of 2026-11-30: tier_gpu_buckets not written" in r.stderr
+    assert "Traceback" not in r.stderr and f.exists()
