@@ -8,9 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_tier import _rewrite, _tier_files
 
 from analyzer import tier
 from analyzer.bucket import Scope
@@ -75,29 +75,15 @@ def _figures(bucket: Path) -> tuple[float, ...]:
         opened.con.close()
 
 
-def _day_files(bucket: Path) -> list[Path]:
-    return sorted(p for t in tier.ALL_TIERS for p in (bucket / t).rglob("*.parquet"))
-
-
 def _week_files(bucket: Path, t: str = "tier_gpu_buckets") -> list[Path]:
     return sorted((bucket / f"{t}_week").rglob("*.parquet"))
-
-
-def _set(f: Path, col: str, value: float, meta: dict[bytes, bytes] | None = None) -> None:
-    """Every row's ``col`` set to ``value``, the footer kept (but for ``meta``)."""
-    t = pq.read_table(f)
-    md = dict(t.schema.metadata or {})
-    i = t.schema.get_field_index(col)
-    new = pa.array([value] * t.num_rows, t.schema.field(i).type)
-    f.unlink()
-    pq.write_table(t.set_column(i, col, new).replace_schema_metadata(md | (meta or {})), f)
 
 
 def test_a_rollup_leaves_each_week_in_one_file_per_table(bucket: Path) -> None:
     none, plain = _doc(bucket), _figures(bucket)
     res = tier.build(bucket, before=BEFORE)
     assert (res.built, res.weeks) == (4, 2 * len(tier.ALL_TIERS))
-    assert _day_files(bucket) == []
+    assert _tier_files(bucket) == []
     hosts = {e.host_dir for e in layout.list_entries(str(bucket), "gpu_samples")}
     assert len(hosts) == 2
     for t in tier.ALL_TIERS:
@@ -125,7 +111,7 @@ def test_the_week_files_are_what_is_read(bucket: Path) -> None:
     plain = _figures(bucket)
     tier.build(bucket, before=BEFORE)
     for f in _week_files(bucket):
-        _set(f, "used_max", BIG)  # same hashes, other numbers: the analysis must show them
+        _rewrite(f, "used_max", BIG)  # same hashes, other numbers: the analysis must show them
     got = _figures(bucket)
     assert got[2] >= BIG and got[:2] == plain[:2] and got[3:] == plain[3:]
 
@@ -142,12 +128,12 @@ def test_a_stale_week_file_is_never_read_and_is_written_again(bucket: Path, tabl
         "tier_source_runs": "runs",
     }
     for f in stale:  # made by "other SQL", and with other numbers
-        _set(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
+        _rewrite(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
     assert _figures(bucket) == plain
     assert _doc(bucket) == none
     again = tier.build(bucket, before=BEFORE)
     assert again.built == 4 and again.weeks >= 2 and not any(f.exists() for f in stale)
-    assert len(_week_files(bucket, table)) == 2 and _day_files(bucket) == []
+    assert len(_week_files(bucket, table)) == 2 and _tier_files(bucket) == []
     assert _doc(bucket) == none and _figures(bucket) == plain
 
 
@@ -159,15 +145,15 @@ def test_day_files_left_beside_a_week_file_are_read_instead_of_it(bucket: Path) 
     for t in tier.ALL_TIERS:
         shutil.copytree(bucket / t, aside / t)
     tier.build(bucket, before=BEFORE)
-    assert _day_files(bucket) == []
+    assert _tier_files(bucket) == []
     for t in tier.ALL_TIERS:
         shutil.copytree(aside / t, bucket / t, dirs_exist_ok=True)
     for f in _week_files(bucket):
-        _set(f, "used_max", BIG)
+        _rewrite(f, "used_max", BIG)
     assert _figures(bucket) == plain  # every host-day once, from its day file
     assert _doc(bucket) == none
     res = tier.build(bucket, before=BEFORE)  # the next rollup puts them in week files
-    assert res.built == 0 and res.weeks == 2 * len(tier.ALL_TIERS) and _day_files(bucket) == []
+    assert res.built == 0 and res.weeks == 2 * len(tier.ALL_TIERS) and _tier_files(bucket) == []
     assert _figures(bucket) == plain and _doc(bucket) == none
 
 
@@ -177,7 +163,7 @@ def test_of_two_week_files_holding_a_day_the_newest_is_read(bucket: Path) -> Non
     for f in _week_files(bucket):
         newer = f.with_name(layout.file_name("tier_gpu_buckets_week", dt.datetime.now(dt.UTC)))
         shutil.copy(f, newer)
-        _set(newer, "used_max", BIG)
+        _rewrite(newer, "used_max", BIG)
     got = _figures(bucket)
     assert got[2] >= BIG and got[1] == plain[1]  # the newest one's rows, and once
     res = tier.build(bucket, before=BEFORE)
@@ -209,7 +195,7 @@ def test_late_data_in_a_packed_week_is_read_raw_then_packed_again(bucket: Path) 
     assert "rollup tier: 3 host-days stored, 3 derived from raw samples" in said
     res = tier.build(bucket, before=BEFORE)
     # the host-day's device-sample tables and its idle segments, in the week of the 30th
-    assert (res.built, res.weeks) == (1, 3) and _day_files(bucket) == []
+    assert (res.built, res.weeks) == (1, 3) and _tier_files(bucket) == []
     assert _doc(bucket) == late_doc
 
 
