@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,33 @@ SAMPLED_AT_RUN = ("gpu_samples", "gpu_processes", "proc_maps", "processes", "met
 
 class BucketError(Exception):
     """The bucket cannot be read (missing, not a bucket, unreadable listing)."""
+
+
+class BucketChanged(Exception):
+    """A file listed when the analysis opened the bucket was gone when it was read: a
+    ``leakreport rollup`` or ``compact`` replaced it meanwhile (they write the new file
+    first, then delete). The message is the file's path; the analysis starts again."""
+
+
+# how DuckDB names a file it could not open
+_NAMED = re.compile(r'(?:match the pattern|open file|No such file or directory[^"]*)\s*"([^"]+)"')
+
+
+def vanished(e: BaseException, fs: Any = None) -> str | None:
+    """The bucket file a read error names, when that file no longer exists; else None."""
+    m = _NAMED.search(str(e))
+    return m.group(1) if m and not _exists(m.group(1), fs) else None
+
+
+def _exists(path: str, fs: Any = None) -> bool:
+    if fs is None:
+        return os.path.exists(path)
+    import pyarrow.fs as pafs
+
+    try:
+        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+    except OSError:
+        return True  # unknown: not taken for a change
 
 
 @dataclass
@@ -176,6 +204,9 @@ def open_checked(
         except OSError as e:
             raise BucketError(f"{bucket}/{name}: cannot list the trace files: {e}") from e
         good[name] = ok
+        gone = [c.entry.path for c in bad if not _exists(c.entry.path, s3)]
+        if gone:
+            raise BucketChanged(_shown(bucket, gone[0], s3))
         out.skipped += [f"{_shown(bucket, c.entry.path, s3)}: {c.problem}" for c in bad]
         out.counts[name] = len(ok)
     wall = dt.datetime.now(dt.UTC)
@@ -184,7 +215,13 @@ def open_checked(
     for name in TABLES:
         local[name] = [c.entry.path for c in good[name]]
         if s3 is not None and local[name]:
-            local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
+            try:
+                local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
+            except OSError:
+                gone = [p for p in local[name] if not _exists(p, s3)]
+                if gone:
+                    raise BucketChanged(_shown(bucket, gone[0], s3)) from None
+                raise
     first_run = _first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
     parts: dict[str, str] = {}
@@ -208,6 +245,8 @@ def open_checked(
             if sane:
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
         except duckdb.Error as e:
+            if gone_path := vanished(e):
+                raise BucketChanged(gone_path) from e
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
     out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:

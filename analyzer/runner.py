@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from analyzer import __version__, coverage, logevents, memory, pods, rollup, series
-from analyzer.bucket import Scope, lock_down, open_checked
+from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
     Finding,
     FindingsDocument,
@@ -207,23 +207,39 @@ def analyze(
     scope = scope or Scope()
     overrides = overrides or {}
     say = progress or (lambda _m: None)
-    # an s3:// bucket's objects are staged here for the analysis (see open_bucket)
-    staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
-    with staging or contextlib.nullcontext() as stage:
-        return _analyze(
-            bucket,
-            packs,
-            scope,
-            overrides,
-            only_rules,
-            say,
-            now,
-            memory_limit,
-            with_series,
-            stage,
-            rule_timeout,
-            timings,
-        )
+    for attempt in (1, 2):
+        # an s3:// bucket's objects are staged here for the analysis (see open_bucket)
+        staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
+        try:
+            with staging or contextlib.nullcontext() as stage:
+                return _analyze(
+                    bucket,
+                    packs,
+                    scope,
+                    overrides,
+                    only_rules,
+                    say,
+                    now,
+                    memory_limit,
+                    with_series,
+                    stage,
+                    rule_timeout,
+                    timings,
+                )
+        except BucketChanged as e:
+            # a rollup or compact replaced files while they were read: their rows are in
+            # the files that replaced them, which a fresh listing finds
+            if attempt == 2:
+                raise BucketError(
+                    f"{e}: bucket files were replaced while the analysis read them, twice; "
+                    "is a `leakreport rollup` or `compact` running? Run again once it is done"
+                ) from e
+            say(
+                f"{e}: replaced while the analysis read it (a rollup or compact); reading the bucket again"
+            )
+            if timings is not None:
+                timings.clear()
+    raise AssertionError("unreachable")
 
 
 def _analyze(
@@ -312,6 +328,8 @@ def _analyze(
                 try:
                     found = run_rule(rules_con, rule, overrides.get(rule.id), rule_timeout)
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
+                    if gone := vanished(e):
+                        raise BucketChanged(gone) from e
                     st.status, st.reason = "errored", f"{rule.path}: {e}"
                     found = []
                 st.duration_s = round(time.perf_counter() - t1, 4)
@@ -339,6 +357,10 @@ def _analyze(
         doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
         doc.run.gaps += opened.quarantined
         return doc
+    except (duckdb.Error, RuntimeError) as e:  # the rollups name their file in a RuntimeError
+        if gone := vanished(e):
+            raise BucketChanged(gone) from e
+        raise
     finally:
         with contextlib.suppress(duckdb.Error):  # busy only when a Ctrl-C is on its way out
             con.close()
