@@ -18,7 +18,7 @@ from typing import Any
 from analyzer.bucket import Scope
 from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
-from analyzer.series import stale_hosts
+from analyzer.series import date_stale_forecasts, stale_hosts
 
 _STATUS_RANK = {"skipped": 0, "clean": 1, "fired": 2, "errored": 3}
 
@@ -118,6 +118,7 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
         if g not in set(stale_hosts(d))  # a batch's own view of who stopped: decided below
     ]
     out.run.gaps = stale_hosts(out) + sorted(failures, key=lambda g: g.split(": ", 1)[0])
+    date_stale_forecasts(out)
     out.run.incomplete = sorted({r for d in docs for r in d.run.incomplete})
     out.coverage = sorted((c for d in docs for c in d.coverage), key=lambda c: str(c.get("host")))
     return out

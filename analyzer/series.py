@@ -148,6 +148,7 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
     for h, ts, kind, text in _rows(con, "log_events"):
         doc.events.append(Event(host=h, ts=iso_utc(ts) or "", kind=kind, text=text[:2000]))
     doc.run.gaps = stale_hosts(doc) + source_failures(con)
+    date_stale_forecasts(doc)
     doc.kv += [
         KvSeries(str(h), t, [round(float(x), 4) for x in v]) for h, t, v in _rows(con, "kv_series")
     ]
@@ -180,6 +181,7 @@ def fill_allocator(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> Non
 
 
 STALE_MINUTES = 10
+STOPPED = "stopped reporting at"
 
 
 def stale_hosts(doc: FindingsDocument) -> list[str]:
@@ -195,6 +197,32 @@ def stale_hosts(doc: FindingsDocument) -> list[str]:
         if (end_t - dt.datetime.fromisoformat(t.replace("Z", "+00:00"))).total_seconds()
         > STALE_MINUTES * 60
     ]
+
+
+def _when(t: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+
+def date_stale_forecasts(doc: FindingsDocument) -> None:
+    """An OOM forecast counts from the GPU's last sample: where its host stopped
+    reporting (see :func:`stale_hosts`), the summary says from when, and whether that
+    time had passed when the fleet's data ends. Marks again from scratch when called
+    again (the fan-out marks the merged document with the whole fleet's view)."""
+    stale = {g.split(": ", 1)[0] for g in stale_hosts(doc)}
+    ends = {h.host: h.last_ts for h in doc.hosts if h.last_ts}
+    for f in doc.findings:
+        if f.category != "oom.forecast":
+            continue
+        mark = f" {f.host} {STOPPED} "
+        f.summary = f.summary.split(mark, 1)[0]
+        if f.host in stale:
+            fleet_end = max(ends.values())
+            past = f.end is not None and _when(f.end) <= _when(fleet_end)
+            f.summary += f"{mark}{ends[f.host]}: this forecast counts from then" + (
+                f"; that time had passed by {fleet_end}, where the fleet's data ends."
+                if past
+                else "."
+            )
 
 
 def source_failures(con: duckdb.DuckDBPyConnection) -> list[str]:
