@@ -3,6 +3,10 @@
 -- rss_bytes, latency_sum / latency_count. Per-rank series are aggregated:
 -- max across tensor/pipeline ranks of one replica, then sum across replicas
 -- (max for usage), never "last sample wins".
+-- day_increase (requests_total only, else NULL): requests served since the host's
+-- first reading of that UTC day, across counter resets (a reading below the one
+-- before it counts whole: the counter restarted from 0). Per day, so the stored
+-- tier keeps it and `requests` below only adds up the days.
 CREATE OR REPLACE TABLE metric_norm AS
 WITH named AS (
     SELECT host, ts, value, labels,
@@ -41,22 +45,54 @@ per_replica AS (
     SELECT host, ts, metric, replica, max(value) AS value
     FROM m
     GROUP BY ALL
+),
+norm AS (
+    SELECT host, ts, metric,
+           CASE WHEN metric = 'kv_usage' THEN max(value) ELSE sum(value) END AS value
+    FROM per_replica
+    GROUP BY host, ts, metric
+),
+counted AS (
+    SELECT host, ts, metric, value,
+           value - lag(value) OVER (PARTITION BY host, CAST(floor(epoch(ts) / 86400) AS BIGINT)
+                                    ORDER BY ts) AS d
+    FROM norm WHERE metric = 'requests_total'
 )
-SELECT host, ts, metric,
-       CASE WHEN metric = 'kv_usage' THEN max(value) ELSE sum(value) END AS value
-FROM per_replica
-GROUP BY host, ts, metric;
+SELECT host, ts, metric, value, CAST(NULL AS DOUBLE) AS day_increase
+FROM norm WHERE metric <> 'requests_total'
+UNION ALL
+SELECT host, ts, metric, value,
+       sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN value ELSE d END)
+           OVER (PARTITION BY host, CAST(floor(epoch(ts) / 86400) AS BIGINT) ORDER BY ts)
+FROM counted;
 
--- Requests served, cumulative per host, across counter resets (restarts).
+-- Requests served, cumulative per host over the whole span, across counter resets
+-- (restarts): each day's day_increase, plus the days before it, plus each day's first
+-- reading against the last of the day before (the whole reading where it fell).
 CREATE OR REPLACE TABLE requests AS
-WITH c AS (
-    SELECT host, ts, value,
-           value - lag(value) OVER (PARTITION BY host ORDER BY ts) AS d
+WITH r AS (
+    SELECT host, ts, value, day_increase, CAST(floor(epoch(ts) / 86400) AS BIGINT) AS dn
     FROM metric_norm WHERE metric = 'requests_total'
+),
+days AS (
+    SELECT host, dn, arg_min(value, ts) AS first_v, arg_max(value, ts) AS last_v,
+           arg_max(day_increase, ts) AS total
+    FROM r GROUP BY host, dn
+),
+edges AS (
+    SELECT host, dn, total, first_v - lag(last_v) OVER w AS d, first_v
+    FROM days WINDOW w AS (PARTITION BY host ORDER BY dn)
+),
+offsets AS (
+    SELECT host, dn,
+           coalesce(sum(total) OVER (PARTITION BY host ORDER BY dn
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+           + sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN first_v ELSE d END)
+                 OVER (PARTITION BY host ORDER BY dn) AS before
+    FROM edges
 )
-SELECT host, ts, sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN value ELSE d END)
-                 OVER (PARTITION BY host ORDER BY ts) AS cum_requests
-FROM c;
+SELECT r.host, r.ts, r.day_increase + o.before AS cum_requests
+FROM r JOIN offsets o USING (host, dn);
 
 -- KV-cache usage per host over time (metrics, else batch-stats log lines).
 CREATE OR REPLACE TABLE kv_usage AS
