@@ -94,25 +94,42 @@ offsets AS (
 SELECT r.host, r.ts, r.day_increase + o.before AS cum_requests
 FROM r JOIN offsets o USING (host, dn);
 
--- KV-cache usage per host over time (metrics, else batch-stats log lines).
+-- KV-cache usage per host over time (metrics, else batch-stats log lines). metric_norm
+-- has one row per host, time and metric: only the times a log line shares with it are
+-- grouped (the highest reading wins); the rest is taken as it is.
 CREATE OR REPLACE TABLE kv_usage AS
-SELECT host, ts, max(v) AS kv_usage
-FROM (
-    SELECT host, ts, value AS v FROM metric_norm WHERE metric = 'kv_usage'
-    UNION ALL
-    SELECT host, ts, kv_usage_ratio FROM log_events WHERE event = 'batch_stats' AND kv_usage_ratio IS NOT NULL
+WITH logs AS (
+    SELECT host, ts, kv_usage_ratio AS v FROM log_events
+    WHERE event = 'batch_stats' AND kv_usage_ratio IS NOT NULL
 )
-GROUP BY ALL;
+SELECT host, ts, value AS kv_usage FROM metric_norm m
+WHERE metric = 'kv_usage' AND NOT EXISTS (SELECT 1 FROM logs l WHERE l.host = m.host AND l.ts = m.ts)
+UNION ALL
+SELECT host, ts, max(v) FROM (
+    SELECT host, ts, v FROM logs
+    UNION ALL
+    SELECT m.host, m.ts, m.value FROM metric_norm m SEMI JOIN logs l ON l.host = m.host AND l.ts = m.ts
+    WHERE m.metric = 'kv_usage'
+)
+GROUP BY host, ts;
 
--- Running requests per host over time, from /metrics and batch-stats lines.
+-- Running requests per host over time, from /metrics and batch-stats lines (grouped
+-- only where a log line shares a time with a metric reading, as kv_usage).
 -- from_log: the reading came from the log only (servers print batch lines while
 -- busy and fall silent at idle, so such a reading goes stale sooner).
 CREATE OR REPLACE TABLE activity AS
-SELECT host, ts, max(running) AS running, bool_and(from_log) AS from_log
-FROM (
-    SELECT host, ts, value AS running, false AS from_log FROM metric_norm WHERE metric = 'running'
-    UNION ALL
-    SELECT host, ts, running_reqs, true FROM log_events WHERE event = 'batch_stats'
+WITH logs AS (
+    SELECT host, ts, running_reqs AS running FROM log_events
+    WHERE event = 'batch_stats' AND running_reqs IS NOT NULL
 )
-WHERE running IS NOT NULL
+SELECT host, ts, value AS running, false AS from_log FROM metric_norm m
+WHERE metric = 'running' AND value IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM logs l WHERE l.host = m.host AND l.ts = m.ts)
+UNION ALL
+SELECT host, ts, max(running), bool_and(from_log) FROM (
+    SELECT host, ts, running, true AS from_log FROM logs
+    UNION ALL
+    SELECT m.host, m.ts, m.value, false FROM metric_norm m SEMI JOIN logs l ON l.host = m.host AND l.ts = m.ts
+    WHERE m.metric = 'running' AND m.value IS NOT NULL
+)
 GROUP BY host, ts;

@@ -1,0 +1,165 @@
+"""`requests`: requests served per host, cumulative over the whole span across counter
+resets, whether each day comes from the stored tier (its `day_increase`) or from raw
+samples; checked against the plain definition, reading by reading."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from analyzer import logevents, rollup, tier
+from analyzer.bucket import open_checked
+from collector.writer import BucketWriter
+
+D1 = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+NOW = D1 + 4 * DAY
+
+
+def _readings() -> dict[str, list[tuple[dt.datetime, float]]]:
+    step = dt.timedelta(minutes=20)
+    a: list[tuple[dt.datetime, float]] = []
+    for i in range(72):  # day 1: a restart at 10:00
+        t = D1 + i * step
+        a.append((t, 100.0 + 5 * i if t.hour < 10 else 3.0 + 5 * (i - 30)))
+    for i in range(72):  # no day 2; day 3 starts below day 1's last: a restart overnight
+        a.append((D1 + 2 * DAY + i * step + dt.timedelta(minutes=7), 2.0 + 7 * i))
+    # host b: days 1 and 2, one counter across midnight, readings at odd times
+    b = [(D1 + dt.timedelta(minutes=13 + 29 * i), 1e6 + 11.0 * i) for i in range(99)]
+    return {"a": a, "b": b}
+
+
+def _expected(rows: list[tuple[dt.datetime, float]]) -> list[float]:
+    out, cum, prev = [], 0.0, None
+    for _t, v in sorted(rows):
+        if prev is not None:
+            cum += v if v < prev else v - prev
+        out.append(cum)
+        prev = v
+    return out
+
+
+@pytest.fixture
+def bucket(tmp_path: Path) -> Path:
+    for host, rows in _readings().items():
+        BucketWriter(tmp_path, host).write(
+            "metric_samples",
+            [
+                {
+                    "ts": t,
+                    "host": host,
+                    "name": "vllm:request_success_total",
+                    "labels": {},
+                    "value": v,
+                }
+                for t, v in rows
+            ],
+        )
+    return tmp_path
+
+
+def _requests(bucket: Path) -> tuple[dict[str, list[float]], set[str]]:
+    opened = open_checked(bucket, now=NOW)
+    try:
+        logevents.build(opened.con)
+        rollup.build(opened.con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        got: dict[str, list[float]] = {}
+        for host, cum in opened.con.execute(
+            "SELECT host, cum_requests FROM requests ORDER BY host, ts"
+        ).fetchall():
+            got.setdefault(host, []).append(cum)
+        return got, set(opened.tier.tables) if opened.tier else set()
+    finally:
+        opened.con.close()
+
+
+@pytest.mark.parametrize("before", [None, D1 + DAY, D1 + 2 * DAY, D1 + 3 * DAY])
+def test_cumulative_requests_across_resets_days_and_tier(bucket: Path, before) -> None:
+    """No tier, day 1 stored, days 1-2 stored, every day stored: the same sums."""
+    if before is not None:
+        tier.build(bucket, before=before.date(), weeks=before.day % 2 == 0)
+    got, tables = _requests(bucket)
+    assert ("metric_norm" in tables) == (before is not None)
+    want = {h: _expected(rows) for h, rows in _readings().items()}
+    assert got == want
+    assert want["a"][-1] == 5 * 29 + (3 + 5 * 41) + 2 + 7 * 71  # two restarts, counted whole
+
+
+# what kv_usage and activity are: every reading, from metrics and log lines, grouped by
+# host and time (the highest wins; from_log where only log lines said it)
+KV_SPEC = """SELECT host, ts, max(v) FROM (
+    SELECT host, ts, value AS v FROM metric_norm WHERE metric = 'kv_usage'
+    UNION ALL
+    SELECT host, ts, kv_usage_ratio FROM log_events WHERE event = 'batch_stats' AND kv_usage_ratio IS NOT NULL)
+GROUP BY ALL ORDER BY ALL"""
+ACTIVITY_SPEC = """SELECT host, ts, max(running), bool_and(from_log) FROM (
+    SELECT host, ts, value AS running, false AS from_log FROM metric_norm WHERE metric = 'running'
+    UNION ALL
+    SELECT host, ts, running_reqs, true FROM log_events WHERE event = 'batch_stats')
+WHERE running IS NOT NULL GROUP BY ALL ORDER BY ALL"""
+
+
+def test_kv_usage_and_activity_group_only_shared_times() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(
+        "CREATE TABLE metric_norm (host VARCHAR, ts TIMESTAMPTZ, metric VARCHAR, value DOUBLE,"
+        " day_increase DOUBLE)"
+    )
+    con.execute(
+        "CREATE TABLE log_events (host VARCHAR, ts TIMESTAMPTZ, event VARCHAR,"
+        " kv_usage_ratio DOUBLE, running_reqs DOUBLE)"
+    )
+    t = [D1 + dt.timedelta(seconds=10 * i) for i in range(8)]
+    metrics = [
+        ("a", t[0], "kv_usage", 0.5),
+        ("a", t[0], "running", 2.0),  # metrics alone
+        ("a", t[1], "kv_usage", 0.2),
+        ("a", t[1], "running", 1.0),  # a log line says more
+        ("a", t[2], "kv_usage", 0.9),
+        ("a", t[2], "running", 9.0),  # a log line says less
+        ("b", t[1], "kv_usage", 0.3),
+        ("b", t[1], "running", 0.0),  # same time, other host
+        ("a", t[3], "queued", 4.0),
+    ]
+    logs = [
+        ("a", t[1], "batch_stats", 0.4, 3.0),
+        ("a", t[2], "batch_stats", 0.1, 2.0),
+        ("a", t[4], "batch_stats", 0.6, 5.0),  # log lines alone, two at one time
+        ("a", t[4], "batch_stats", 0.7, 4.0),
+        ("a", t[5], "batch_stats", None, None),  # says neither
+        ("a", t[6], "oom", 0.99, 99.0),  # not a batch line
+        ("c", t[7], "batch_stats", 0.05, 1.0),
+    ]
+    con.executemany("INSERT INTO metric_norm VALUES (?, ?, ?, ?, NULL)", metrics)
+    con.executemany("INSERT INTO log_events VALUES (?, ?, ?, ?, ?)", logs)
+    stmts = {
+        m.group(1): s
+        for s in rollup._statements((rollup.ROLLUP_DIR / "02_activity.sql").read_text())
+        if (m := rollup._CREATES.search(s))
+    }
+    for table, spec in (("kv_usage", KV_SPEC), ("activity", ACTIVITY_SPEC)):
+        con.execute(stmts[table])
+        got = con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
+        assert got == con.execute(spec).fetchall()
+        assert [(h, x) for h, x, *_ in got] == [
+            ("a", t[0]),
+            ("a", t[1]),
+            ("a", t[2]),
+            ("a", t[4]),
+            ("b", t[1]),
+            ("c", t[7]),
+        ]
+        values = {(h, x): tuple(rest) for h, x, *rest in got}
+        if table == "kv_usage":
+            assert [values["a", t[i]] for i in (1, 2, 4)] == [(0.4,), (0.9,), (0.7,)]
+        else:
+            assert [values["a", t[i]] for i in (1, 2, 4)] == [
+                (3.0, False),
+                (9.0, False),
+                (5.0, True),
+            ]
