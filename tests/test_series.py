@@ -165,7 +165,9 @@ def filled() -> tuple[FindingsDocument, dict]:
             "n": [3, 2, 4, 5],
         },
     )
-    kv_ts = [(h, T0 + i * 10 + (5 if h == "h2" else 0)) for h in ("h1", "h2") for i in range(1500)]
+    # h1: 1,100 readings every 10 s around a gap of 4,000 s; h2: 300 at uneven times
+    kv_ts = [("h1", T0 + i * 10) for i in range(1500) if not 500 <= i < 900]
+    kv_ts += [("h2", T0 + i * 10 + 5 + i % 3) for i in range(300)]
     rnd.shuffle(kv_ts)
     kv = {x: rnd.random() for x in kv_ts}
     _table(
@@ -271,7 +273,17 @@ def test_kv_hosts_events_gaps_and_allocator(filled) -> None:
     assert [k.host for k in doc.kv] == ["h1", "h2"]
     for k in doc.kv:
         pts = sorted((t, v) for (h, t), v in given["kv"].items() if h == k.host)
-        chunks = [pts[i : i + 4] for i in range(0, 1500, 4)]  # chunks of ceil(1500 / 480) = 4
+        if len(pts) <= series.MAX_POINTS:  # h2: every reading
+            chunks = [[p] for p in pts]
+        else:  # h1: equal slices of its span; none in the gap
+            t0, w = pts[0][0], (pts[-1][0] - pts[0][0]) / series.MAX_POINTS
+            by: dict[int, list[tuple[float, float]]] = {}
+            for t, v in pts:
+                by.setdefault(min(math.floor((t - t0) / w), series.MAX_POINTS - 1), []).append(
+                    (t, v)
+                )
+            chunks = [by[i] for i in sorted(by)]
+            assert 300 < len(chunks) < series.MAX_POINTS  # 4,000 s of 14,990 s have none
         assert k.t == [c[0][0] for c in chunks]
         assert k.kv == [round(max(v for _, v in c), 4) for c in chunks]
     assert [(h.host, h.gpus, h.engine_version) for h in doc.hosts] == [
