@@ -52,6 +52,7 @@ ROLLUP_TABLES = (
     "idle_segments",
     "idle_windows",
     "idle_trend",
+    "server_parts",
     "server_info",
     "alloc_devices",
     "alloc_bins",

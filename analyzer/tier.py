@@ -4,7 +4,7 @@
 analysis runs) over one host-day's raw files at a time and stores their results in the bucket
 layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``), ``tier_metric_norm``
 (``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), ``tier_source_runs``
-(``collector_runs``), grouped by keys within a day;
+(``collector_runs``), ``tier_server_parts`` (``processes``), grouped by keys within a day;
 and ``tier_idle_segments``, from the three of ``gpu_samples``, ``metric_samples`` and
 ``log_lines`` together (:mod:`analyzer.tierjoint`).
 
@@ -44,6 +44,7 @@ TIERS: dict[str, tuple[str, str]] = {
     "tier_metric_norm": ("metric_norm", "metric_samples"),
     "tier_proc_bins": ("proc_bins", "gpu_processes"),
     "tier_source_runs": ("source_runs", "collector_runs"),
+    "tier_server_parts": ("server_parts", "processes"),
 }
 SOURCES = tuple(sorted({s for _t, s in TIERS.values()}))
 # tier tables made from several raw tables of a host-day at once, by the chain of rollup

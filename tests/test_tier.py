@@ -76,6 +76,10 @@ SENTINEL = {
     "tier_metric_norm": ("value", "SELECT max(value) FROM metric_norm"),
     "tier_proc_bins": ("used_max", "SELECT max(used_max) FROM proc_bins"),
     "tier_source_runs": ("runs", "SELECT max(runs) FROM source_runs"),
+    "tier_server_parts": (
+        "mem_fraction_static",
+        "SELECT max(mem_fraction_static) FROM server_info",
+    ),
     "tier_idle_segments": ("high", "SELECT max(high) FROM idle_windows"),
 }
 BIG = 7 * 10**15

@@ -126,6 +126,7 @@ def test_a_stale_week_file_is_never_read_and_is_written_again(bucket: Path, tabl
         "tier_metric_norm": "value",
         "tier_idle_segments": "high",
         "tier_source_runs": "runs",
+        "tier_server_parts": "mem_fraction_static",
     }
     for f in stale:  # made by "other SQL", and with other numbers
         _rewrite(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
