@@ -163,3 +163,82 @@ def test_kv_usage_and_activity_group_only_shared_times() -> None:
                 (9.0, False),
                 (5.0, True),
             ]
+
+
+SERVER_INFO_SPEC = """SELECT host, pid, arg_max(engine, o), arg_max(engine_version, o), arg_max(model, o),
+       arg_max(cmdline, o), arg_max(mem_fraction_static, o), arg_max(gpu_memory_utilization, o),
+       arg_max(disable_fast_image_processor, o), arg_max(tp_size, o), arg_max(flags_json, o),
+       min(ts), max(ts)
+FROM (SELECT *, (ts, log_file, log_offset) AS o
+      FROM (SELECT * FROM processes UNION ALL BY NAME SELECT * FROM log_server_info))
+WHERE engine IS NOT NULL
+GROUP BY host, pid ORDER BY ALL"""
+
+
+def test_server_info_from_day_parts_is_the_latest_of_each_field() -> None:
+    """Made from per-day parts (as the stored tier keeps them), server_info is still each
+    field's latest value over every process row and log line."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(
+        "CREATE TABLE all_processes (ts TIMESTAMPTZ, host VARCHAR, pid BIGINT, cmdline VARCHAR,"
+        " engine VARCHAR, engine_version VARCHAR, model VARCHAR, mem_fraction_static DOUBLE,"
+        " gpu_memory_utilization DOUBLE, disable_fast_image_processor BOOLEAN, tp_size INTEGER,"
+        " flags_json VARCHAR)"
+    )
+    con.execute(
+        "CREATE TABLE log_server_info (ts TIMESTAMPTZ, host VARCHAR, pid BIGINT, engine VARCHAR,"
+        " engine_version VARCHAR, model VARCHAR, mem_fraction_static DOUBLE,"
+        " gpu_memory_utilization DOUBLE, disable_fast_image_processor BOOLEAN, tp_size INTEGER,"
+        " flags_json VARCHAR, log_file VARCHAR, log_offset BIGINT)"
+    )
+    t = [D1 + dt.timedelta(hours=10 * i) for i in range(5)]  # over three days
+    con.executemany(
+        "INSERT INTO all_processes VALUES (?, 'a', 1, ?, ?, ?, 'm', ?, NULL, ?, 2, ?)",
+        [
+            (t[0], "run --a", "sglang", "0.4.1", 0.8, False, "{}"),
+            (t[1], "run --b", "sglang", None, 0.85, None, None),  # the version not known then
+            (t[2], None, "sglang", "0.4.2", None, True, '{"x": 1}'),
+            (t[3], "run --c", None, "9.9", 0.1, True, None),  # no engine: not a server row
+            (t[4], "run --d", "sglang", None, 0.9, None, None),
+        ],
+    )
+    con.executemany(
+        "INSERT INTO log_server_info VALUES (?, 'a', NULL, 'vllm', ?, 'lm', ?, 0.9, ?, 4, '{}', ?, ?)",
+        [
+            (t[1], "0.6", 0.5, None, "s.log", 10),
+            (t[1], "0.7", None, False, "s.log", 20),  # one read at the same instant, later
+            (t[4], None, 0.6, None, "s.log", 30),  # the version: the later line of t[1]
+        ],
+    )
+    stmts = {
+        m.group(1): s
+        for s in rollup._statements((rollup.ROLLUP_DIR / "05_server_info.sql").read_text())
+        if (m := rollup._CREATES.search(s))
+    }
+    con.execute("CREATE VIEW processes AS SELECT * FROM all_processes")
+    want = con.execute(SERVER_INFO_SPEC).fetchall()
+    parts = []
+    for day in range(3):  # the parts of each day, alone
+        con.execute(
+            "CREATE OR REPLACE VIEW processes AS SELECT * FROM all_processes"
+            f" WHERE CAST(ts AS DATE) = DATE '{(D1 + day * DAY).date()}'"
+        )
+        con.execute(stmts["server_parts"])
+        parts.append(f"day{day}")
+        con.execute(f"CREATE TABLE day{day} AS SELECT * FROM server_parts")
+    con.execute("DROP TABLE server_parts")
+    con.execute(
+        "CREATE VIEW server_parts AS "
+        + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}" for p in parts)
+    )
+    con.execute(stmts["server_info"])
+    got = con.execute("SELECT * FROM server_info ORDER BY ALL").fetchall()
+    assert got == want
+    (a1,) = [r for r in got if r[1] == 1]
+    assert a1[2:5] == ("sglang", "0.4.2", "m") and a1[5] == "run --d" and a1[6] == 0.9
+    assert a1[8] is True  # from the third row, the latest that says
+    (log,) = [r for r in got if r[1] is None]
+    assert log[3] == "0.7" and log[6] == 0.6 and log[8] is False
