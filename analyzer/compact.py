@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from collector import layout
 from collector.schema import TABLES, table
-from collector.store import is_s3, s3_filesystem, s3_root
+from collector.store import is_s3, remove, s3_filesystem, s3_root
 from collector.writer import to_arrow, write_compacted
 
 
@@ -73,13 +73,6 @@ def _rows_written(path: str, fs: Any) -> int:
     return int(pq.read_metadata(path, filesystem=fs).num_rows)
 
 
-def _delete(path: str, fs: Any) -> None:
-    if fs is None:
-        Path(path).unlink()
-    else:
-        fs.delete_file(path)
-
-
 def compact_group(
     bucket: str,
     name: str,
@@ -94,7 +87,7 @@ def compact_group(
     gone = layout.replaced_names(checks)
     for c in checks:  # finish what a crashed run left: originals already replaced
         if (c.entry.folder, c.entry.name) in gone:
-            _delete(c.entry.path, fs)
+            remove(c.entry.path, fs)
     good, bad = layout.live(checks)
     prefix = "s3://" if fs is not None else ""
     if skipped is not None:
@@ -113,10 +106,10 @@ def compact_group(
         new = new.removeprefix("s3:").lstrip("/")
     got = _rows_written(new, fs)
     if got != expected:
-        _delete(new, fs)
+        remove(new, fs)
         raise CompactError(f"{prefix}{new}: wrote {got} rows for {expected}; originals kept")
     for c in good:
-        _delete(c.entry.path, fs)
+        remove(c.entry.path, fs)
     return len(entries), 1 + len(bad), got
 
 

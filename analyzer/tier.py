@@ -34,7 +34,7 @@ from analyzer import rollup, tierindex, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import SCHEMA_VERSION
-from collector.store import s3_root
+from collector.store import remove, s3_root
 
 TIER_FORMAT = 2
 # tier table -> (the rollup table it stores, the raw table it is derived from)
@@ -330,12 +330,8 @@ def _delete_old(
         for e in layout.list_entries(root, t, fs, lambda d: d == day):
             if e.host_dir != host_dir:
                 continue
-            if _tier_meta(e, fs) == (want, src_hash):
-                continue
-            if fs is None:
-                Path(e.path).unlink(missing_ok=True)
-            else:
-                fs.delete_file(e.path)
+            if _tier_meta(e, fs) != (want, src_hash):
+                remove(e.path, fs)
 
 
 def _derive(

@@ -35,7 +35,7 @@ from typing import Any
 
 from collector import layout
 from collector.schema import TABLES
-from collector.store import read_small, write_small
+from collector.store import read_small, remove, write_small
 
 INDEX_FORMAT = 3
 INDEX_DIR = "tier_index"
@@ -266,11 +266,4 @@ def refresh(
 
 def _drop_old(root: str, fs: Any) -> None:
     """The one-file index of format 2, which no reader uses now."""
-    where = _location(root, fs, os.path.basename(_OLD_INDEX))
-    try:
-        if fs is not None:
-            fs.delete_file(where)
-        else:
-            os.unlink(where)
-    except OSError:  # none there (FileNotFoundError is one)
-        pass
+    remove(_location(root, fs, os.path.basename(_OLD_INDEX)), fs)

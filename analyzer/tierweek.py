@@ -20,7 +20,6 @@ row, and the next rollup writes the week again.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -31,6 +30,7 @@ from typing import Any
 
 from analyzer.views import parquet, sql_str
 from collector import layout
+from collector.store import remove
 
 KEY_COL = "_tier_key"
 MEMORY_LIMIT = "512MB"  # for writing a week file (the analysis has its own budget)
@@ -185,7 +185,7 @@ def pack(
             _put(bucket, week_table(t), m, out)
             out.unlink()
             for e in [*there, *(e for e, _s in own.values() if not is_week(e))]:
-                _delete(e, fs)
+                remove(e.path, fs, prune=True)
             written += 1
             if progress:
                 progress(f"tier week of {m}: {t} packed, {len(own)} host-days")
@@ -236,14 +236,3 @@ def _put(bucket: str | os.PathLike[str], table: str, m: dt.date, src: Path) -> N
         w.put_file(table, m, named)
     finally:
         named.rename(src)
-
-
-def _delete(e: layout.Entry, fs: Any) -> None:
-    if fs is None:
-        Path(e.path).unlink(missing_ok=True)
-        for folder in (Path(e.path).parent, Path(e.path).parent.parent):
-            with contextlib.suppress(OSError):  # not empty: kept
-                folder.rmdir()  # an empty folder would still be listed by every analysis
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            fs.delete_file(e.path)

@@ -80,3 +80,25 @@ def write_small(path: str, data: bytes, fs: Any = None) -> None:
         return
     with fs.open_output_stream(path) as f:
         f.write(data)
+
+
+def remove(path: str, fs: Any = None, *, prune: bool = False) -> None:
+    """Delete a file of the bucket (``path`` local, or a key of ``fs``); one already gone
+    is no error (another rollup or compact took it). ``prune``: also remove its folder and
+    the one above when that leaves them empty (a local date/host folder would otherwise
+    be listed by every analysis; S3 has no folders)."""
+    try:
+        if fs is not None:
+            fs.delete_file(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        if not _absent(e):
+            raise
+    if prune and fs is None:
+        folder = os.path.dirname(path)
+        for d in (folder, os.path.dirname(folder)):
+            try:
+                os.rmdir(d)
+            except OSError:  # not empty (or gone): kept
+                break

@@ -212,3 +212,25 @@ def test_a_host_is_found_by_its_name_whatever_its_folder(tmp_path, host: str) ->
     assert Scope(hosts=[host]).host_ok(e.host) and not Scope(hosts=["other"]).host_ok(e.host)
     said = promruns.overlapping(tmp_path, "prometheus:x", {host}, t.timestamp(), t.timestamp() + 60)
     assert said is not None and "already holds" in said
+
+
+def test_remove_tolerates_a_file_already_gone_and_prunes_empty_folders(tmp_path) -> None:
+    from collector.store import remove
+
+    table = tmp_path / "tier_gpu_buckets"
+    a = table / "date=2026-11-30" / "host=a" / "x.parquet"
+    b = table / "date=2026-11-30" / "host=b" / "y.parquet"
+    for f in (a, b):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"x")
+    remove(str(a), prune=True)
+    assert not a.parent.exists() and b.exists()  # host=a went; the date folder still holds b
+    remove(str(a), prune=True)  # gone already: another rollup took it
+    remove(str(b), prune=True)
+    assert not (table / "date=2026-11-30").exists() and table.is_dir()
+    keep = table / "date=2026-12-01" / "host=c"
+    keep.mkdir(parents=True)
+    remove(str(keep / "never.parquet"))  # no prune: folders stay
+    assert keep.is_dir()
+    with pytest.raises(IsADirectoryError):
+        remove(str(table / "date=2026-12-01"))  # not a file: a real error

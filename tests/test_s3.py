@@ -146,11 +146,11 @@ def test_compaction_on_s3_keeps_every_answer(s3, tmp_path, monkeypatch) -> None:
     # a crash after the new objects are written, before any original is deleted
     deleted: list[str] = []
 
-    def crash(fs, key):
+    def crash(key, fs=None, **_k):
         deleted.append(key)
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(compact_mod, "_delete", crash)
+    monkeypatch.setattr(compact_mod, "remove", crash)
     with pytest.raises(OSError, match="simulated crash"):
         compact_mod.compact(bucket, dt.date(2027, 1, 1))
     assert deleted  # it got as far as deleting: new objects exist beside the originals
