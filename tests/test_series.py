@@ -72,27 +72,20 @@ def _source_runs(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _expected_gpu(rows: list[tuple[int, int, int]], first: float, last: float) -> list[list]:
-    """The rules, stated plainly: chunks of `step` buckets from the first sample (about
-    2 x MAX_POINTS over the span), then every ceil(n / MAX_POINTS) of the n non-empty ones
-    merged; each point is the chunk's first time, highest peak and lowest trough."""
+    """The rules, stated plainly: fine chunks of `fine` buckets from the first sample (about
+    2 x MAX_POINTS over the span), taken ceil(fine chunks / MAX_POINTS) at a time, whether
+    they hold data or not (a gap stays a gap); each point is a chunk's first time, highest
+    peak and lowest trough."""
     m = series.MAX_POINTS
-    bi0 = math.floor(first / BUCKET_S)
-    step = max(1, math.ceil((last - first) / BUCKET_S / (2 * m)))
-    wide: dict[int, list] = {}
+    bi0, bi1 = math.floor(first / BUCKET_S), math.floor(last / BUCKET_S)
+    fine = max(1, math.ceil((last - first) / BUCKET_S / (2 * m)))
+    step = fine * math.ceil(((bi1 - bi0) // fine + 1) / m)
+    chunks: dict[int, list] = {}
     for bi, hi, lo in rows:
-        k = (bi - bi0) // step
         t = bi * BUCKET_S
-        w = wide.setdefault(k, [t, hi, lo])
-        w[:] = [min(w[0], t), max(w[1], hi), min(w[2], lo)]
-    chunks = [wide[k] for k in sorted(wide)]
-    every = max(1, math.ceil(len(chunks) / m))
-    out: list[list] = [[], [], []]
-    for j in range(0, len(chunks), every):
-        part = chunks[j : j + every]
-        out[0].append(part[0][0])
-        out[1].append(max(p[1] for p in part))
-        out[2].append(min(p[2] for p in part))
-    return out
+        c = chunks.setdefault((bi - bi0) // step, [t, hi, lo])
+        c[:] = [min(c[0], t), max(c[1], hi), min(c[2], lo)]
+    return [[chunks[k][i] for k in sorted(chunks)] for i in range(3)]
 
 
 @pytest.fixture

@@ -1,31 +1,26 @@
 -- Device memory per GPU for the charts: at most $max_points points, each one a chunk's
--- first bucket time, highest used_max and lowest used_min, so spikes survive.
--- Pass 1: fixed chunks of `step` buckets from the GPU's first sample, about
--- 2 x $max_points of them over its span. Pass 2: of the n chunks that hold data, the
--- i-th (in time order, from 0) goes to chunk i // ceil(n / $max_points). One row per
--- GPU, in (host, gpu_index) order, the three series as lists in time order. The GPUs
--- are numbered (gid) so that the passes group and sort on integers.
-WITH span AS (
+-- first bucket time, highest used_max and lowest used_min, so spikes survive. A chunk
+-- is a run of `step` buckets from the GPU's first sample: fine chunks of about
+-- 2 x $max_points over its span (fine_step buckets), taken ceil(fine chunks /
+-- $max_points) at a time. A chunk with no bucket gives no point, so a gap in the data
+-- stays a gap. One pass over the buckets; one row per GPU, in (host, gpu_index) order,
+-- the three series as lists in time order. The GPUs are numbered (gid) so that the pass
+-- groups and sorts on integers.
+WITH fine AS (
     SELECT i.host, i.gpu_index, row_number() OVER (ORDER BY i.host, i.gpu_index) AS gid,
            CAST(floor(epoch(i.first_ts) / s.bucket_s) AS BIGINT) AS bi0,
+           CAST(floor(epoch(i.last_ts) / s.bucket_s) AS BIGINT) AS bi1,
            CAST(greatest(1, ceil((epoch(i.last_ts) - epoch(i.first_ts))
-                                 / s.bucket_s / (2 * $max_points))) AS BIGINT) AS step
+                                 / s.bucket_s / (2 * $max_points))) AS BIGINT) AS fine_step
     FROM gpu_info i, rollup_settings s
-), wide AS (
-    SELECT span.gid, (g.bi - span.bi0) // span.step AS k, min(g.b) AS b,
+), span AS (
+    SELECT *, fine_step * CAST(ceil(((bi1 - bi0) // fine_step + 1) / $max_points) AS BIGINT) AS step
+    FROM fine
+), narrow AS (
+    SELECT span.gid, CAST(epoch(min(g.b)) AS DOUBLE) AS t,
            max(g.used_max) AS used_max, min(g.used_min) AS used_min
     FROM gpu_buckets g JOIN span USING (host, gpu_index)
-    GROUP BY span.gid, k
-), numbered AS (
-    SELECT *, (row_number() OVER (PARTITION BY gid ORDER BY b) - 1)
-              // greatest(1, CAST(ceil(count(*) OVER (PARTITION BY gid) / $max_points)
-                                  AS BIGINT)) AS chunk
-    FROM wide
-), narrow AS (
-    SELECT gid, CAST(epoch(min(b)) AS DOUBLE) AS t,
-           max(used_max) AS used_max, min(used_min) AS used_min
-    FROM numbered
-    GROUP BY gid, chunk
+    GROUP BY span.gid, (g.bi - span.bi0) // span.step
 ), lists AS (
     SELECT gid, list(t ORDER BY t) AS t, list(used_max ORDER BY t) AS used_max,
            list(used_min ORDER BY t) AS used_min
