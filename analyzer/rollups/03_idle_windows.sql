@@ -132,10 +132,31 @@ FROM w LEFT JOIN joined j USING (host, gpu_index, run);
 DROP TABLE activity_grid;
 
 CREATE OR REPLACE TABLE idle_windows AS
-WITH wr AS (
-    -- the requests served before each window: the last reading at or before its start
-    SELECT w.*, r.cum_requests
-    FROM idle_runs w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start
+-- the requests served before each window: the last reading at or before its start.
+-- Found within the start's hour (a hash join), else as the last reading of an earlier
+-- hour (an ASOF join over one row per host-hour): an ASOF join over every reading
+-- sorts them all (a month: 0.18 s, not 0.06 s)
+WITH rq AS MATERIALIZED (
+    SELECT host, ts, cum_requests, CAST(floor(epoch(ts) / 3600) AS BIGINT) AS h FROM requests
+),
+starts AS (
+    SELECT DISTINCT host, start, CAST(floor(epoch(start) / 3600) AS BIGINT) AS h FROM idle_runs
+),
+in_hour AS (
+    SELECT s.host, s.start, arg_max_null(r.cum_requests, r.ts) AS cum_requests
+    FROM starts s JOIN rq r ON r.host = s.host AND r.h = s.h AND r.ts <= s.start
+    GROUP BY ALL
+),
+hours AS (
+    SELECT host, h, arg_max_null(cum_requests, ts) AS cum_requests FROM rq GROUP BY ALL
+),
+served AS (
+    SELECT s.host, s.start, CASE WHEN i.host IS NULL THEN e.cum_requests ELSE i.cum_requests END AS cum_requests
+    FROM starts s ASOF LEFT JOIN hours e ON e.host = s.host AND e.h < s.h
+    LEFT JOIN in_hour i ON i.host = s.host AND i.start = s.start
+),
+wr AS (
+    SELECT w.*, r.cum_requests FROM idle_runs w JOIN served r USING (host, start)
 )
 SELECT w.* EXCLUDE (kv_idle, cum_requests),
        coalesce(l.lifetime, 0) AS segment, l.pid, coalesce(l.lifetime_source, 'none') AS lifetime_source,
