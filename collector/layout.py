@@ -25,7 +25,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +197,22 @@ def list_entries(
                 stamp = (info.size, mtime) if info.size is not None and mtime else None
                 out.append(Entry(info.path, table, p[1], p[2], stamp))
         return sorted(out, key=lambda e: e.path)
+    for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok):
+        for f in _listdir(hdir):
+            if _is_trace(f):
+                out.append(Entry(os.path.join(hdir, f), table, day, hv))
+    return out
+
+
+def _is_trace(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith(TMP_PREFIX)
+
+
+def _host_dirs(
+    root: str, table: str, date_ok: DateOk, host_ok: HostOk, skip: Container[str] = ()
+) -> Iterator[tuple[dt.date, str, str]]:
+    """(day, host folder value, folder path) of a local table's host folders in scope;
+    hosts in ``skip`` (real names) are passed over."""
     tdir = os.path.join(root, table)
     for date_name in _listdir(tdir):
         dv = _value(date_name, "date")
@@ -209,13 +225,9 @@ def list_entries(
         ddir = os.path.join(tdir, date_name)
         for host_name in _listdir(ddir):
             hv = _value(host_name, "host")
-            if hv is None or not host_ok(decode_host(hv)):
+            if hv is None or decode_host(hv) in skip or not host_ok(decode_host(hv)):
                 continue
-            hdir = os.path.join(ddir, host_name)
-            for f in _listdir(hdir):
-                if f.endswith(".parquet") and not f.startswith(TMP_PREFIX):
-                    out.append(Entry(os.path.join(hdir, f), table, day, hv))
-    return out
+            yield day, hv, os.path.join(ddir, host_name)
 
 
 def _listdir(d: str) -> list[str]:
@@ -228,8 +240,15 @@ def _listdir(d: str) -> list[str]:
 def hosts_in(
     root: str, tables: Iterable[str], fs: Any = None, date_ok: DateOk = _all, host_ok: HostOk = _all
 ) -> list[str]:
-    """Real host names that have a file in any of ``tables`` (files are not opened)."""
-    names = {e.host for t in tables for e in list_entries(root, t, fs, date_ok, host_ok)}
+    """Real host names that have a file in any of ``tables`` (files are not opened).
+    Locally a host's folders are not listed once one of them showed a file."""
+    if fs is not None:
+        return sorted({e.host for t in tables for e in list_entries(root, t, fs, date_ok, host_ok)})
+    names: set[str] = set()
+    for t in tables:
+        for _day, hv, hdir in _host_dirs(root, t, date_ok, host_ok, skip=names):
+            if any(_is_trace(f) for f in _listdir(hdir)):
+                names.add(decode_host(hv))
     return sorted(names)
 
 

@@ -75,6 +75,25 @@ def test_writer_lists_back_by_real_name(tmp_path) -> None:
     assert layout.hosts_in(str(tmp_path), TABLES) == sorted(["gpu-nodé-1", "gpu-nodè-1", ".."])
 
 
+def test_hosts_in_names_hosts_with_a_trace_file_in_scope(tmp_path) -> None:
+    """A host counts once any folder of it holds a trace file, in whichever table or day;
+    folders holding only a temporary file, or nothing, name no host."""
+    BucketWriter(tmp_path, "a").write("gpu_samples", _rows(2, "a"))
+    metric = {"ts": T0, "host": "b", "name": "m", "labels": {}, "value": 1.0}
+    BucketWriter(tmp_path, "b").write("metric_samples", [metric])
+    BucketWriter(tmp_path, "c").write("gpu_samples", _rows(2, "c", T0 + dt.timedelta(days=3)))
+    empty = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=d"
+    empty.mkdir()
+    (empty / f"{layout.TMP_PREFIX}gpu_samples-x.parquet").write_bytes(b"half")
+    (tmp_path / "processes" / "date=2026-03-01" / "host=e").mkdir(parents=True)
+    want = sorted(e.host for t in TABLES for e in layout.list_entries(str(tmp_path), t))
+    assert want == ["a", "b", "c"]
+    assert layout.hosts_in(str(tmp_path), TABLES) == want
+    late = dt.date(2026, 3, 2)
+    assert layout.hosts_in(str(tmp_path), TABLES, date_ok=lambda d: d >= late) == ["c"]
+    assert layout.hosts_in(str(tmp_path), TABLES, host_ok=lambda h: h != "a") == ["b", "c"]
+
+
 def test_parse_ignores_temporary_and_foreign_paths() -> None:
     good = "b/gpu_samples/date=2026-03-01/host=h%2F1/gpu_samples-x.parquet"
     assert layout.parse(good) == (
