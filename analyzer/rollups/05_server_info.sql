@@ -2,7 +2,8 @@
 -- latest value (a row can lack a field another has). Of log lines read at one instant
 -- (a collector run reads many), the one later in its file is the latest.
 -- First from the process table alone, per host and process: each field's latest value
--- and its key (o: time, log file, offset), which the stored tier keeps per host-day.
+-- and its key (o: time, log file, offset), which the stored tier keeps per host-day;
+-- and the largest tp_size (SK001: was the host's server ever tensor-parallel).
 CREATE OR REPLACE TABLE server_parts AS
 SELECT host, pid,
        arg_max(engine, o) AS engine, max(o) FILTER (WHERE engine IS NOT NULL) AS engine_o,
@@ -14,7 +15,8 @@ SELECT host, pid,
        arg_max(disable_fast_image_processor, o) AS disable_fast_image_processor, max(o) FILTER (WHERE disable_fast_image_processor IS NOT NULL) AS disable_fast_image_processor_o,
        arg_max(tp_size, o) AS tp_size, max(o) FILTER (WHERE tp_size IS NOT NULL) AS tp_size_o,
        arg_max(flags_json, o) AS flags_json, max(o) FILTER (WHERE flags_json IS NOT NULL) AS flags_json_o,
-       min(ts) AS first_ts, max(ts) AS last_ts
+       min(ts) AS first_ts, max(ts) AS last_ts,
+       max(tp_size) AS tp_max  -- the largest ever seen (a reused PID can have had another)
 FROM (SELECT *, {'ts': ts, 'file': CAST(NULL AS VARCHAR), 'offset': CAST(NULL AS BIGINT)} AS o
       FROM processes
       WHERE engine IS NOT NULL)

@@ -25,7 +25,7 @@ SGLang VLMs, --disable-fast-image-processor moves image preprocessing off GPU
 """
 references  = ["https://github.com/sgl-project/sglang/issues/15871", "https://github.com/sgl-project/sglang/issues/6082"]
 equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
-  {mutant = "drop WHERE `tp_size IS NOT NULL` @ FROM (SELECT host, tp_size, 'process table' AS src FROM processes WHERE tp_size IS NOT NULL", reason = "max(tp_size) and arg_max(src, tp_size) skip rows whose tp_size is NULL, so such rows never change tp"},
+  {mutant = "drop WHERE `tp_max IS NOT NULL` @ FROM (SELECT host, tp_max AS tp_size, 'process table' AS src FROM server_parts WHERE tp_max IS NOT NULL", reason = "max(tp_size) and arg_max(src, tp_size) skip rows whose tp_size is NULL, so such rows never change tp"},
   {mutant = "drop WHERE `event = 'server_args'` @ WHERE event = 'server_args' AND tp_size IS NOT NULL)", reason = "only server_args events carry tp_size (a field of that event alone in logformats), and the next conjunct drops rows without it"},
   {mutant = "drop WHERE `tp_size IS NOT NULL` @ WHERE event = 'server_args' AND tp_size IS NOT NULL)", reason = "max(tp_size) and arg_max(src, tp_size) skip rows whose tp_size is NULL, so such rows never change tp"},
   {mutant = "drop WHERE `t.gpus >= 2` @ WHERE t.r = 1 AND t.gpus >= 2 AND tp.tp_size > 1", reason = "a host with one GPU has no rank r > 1, so the join with others (built from r > 1) has no row for it"},
@@ -37,7 +37,7 @@ max_others_fraction = 0.2
 WITH tp AS (
     -- ties broken by the source's name, so the same data always names the same source
     SELECT host, max(tp_size) AS tp_size, arg_max(src, {'t': tp_size, 's': src}) AS tp_source
-    FROM (SELECT host, tp_size, 'process table' AS src FROM processes WHERE tp_size IS NOT NULL
+    FROM (SELECT host, tp_max AS tp_size, 'process table' AS src FROM server_parts WHERE tp_max IS NOT NULL
           UNION ALL
           SELECT host, tp_size, 'server log (ServerArgs)' FROM log_events
           WHERE event = 'server_args' AND tp_size IS NOT NULL)
