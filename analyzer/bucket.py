@@ -248,12 +248,33 @@ def open_checked(
             if gone_path := vanished(e):
                 raise BucketChanged(gone_path) from e
             raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
+    try:
+        _pod_view(con, good["gpu_samples"], local["gpu_samples"], parts.get("gpu_samples", ""))
+    except duckdb.Error as e:
+        if gone_path := vanished(e):
+            raise BucketChanged(gone_path) from e
+        raise BucketError(f"{bucket}/gpu_samples: cannot read trace files: {e}") from e
     out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:
         out.tier = tierread.attach_opened(
             out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir, index
         )
     return out
+
+
+def _pod_view(
+    con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], files: list[str], cond: str
+) -> None:
+    """``gpu_pod_samples``: the device samples of the files whose footers show a pod
+    name (the rows of ``gpu_samples`` that can have one), so that finding the pods reads
+    those files alone, not every day's."""
+    with_pods = [f for c, f in zip(checks, files, strict=True) if c.pods]
+    if not with_pods:
+        con.execute("CREATE OR REPLACE TABLE gpu_pod_samples AS SELECT * FROM gpu_samples LIMIT 0")
+        return
+    alike = layout.one_schema([c for c in checks if c.pods])
+    sql = raw_select(con, "gpu_samples", with_pods, cond, alike=alike)
+    con.execute(f"CREATE OR REPLACE VIEW gpu_pod_samples AS {sql}")
 
 
 def footer_hosts(

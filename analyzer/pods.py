@@ -31,7 +31,7 @@ def annotate(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> int:
         return 0
     rows = con.execute(
         """SELECT host, gpu_index, namespace, pod, min(ts) AS t0, max(ts) AS t1
-           FROM gpu_samples WHERE pod IS NOT NULL
+           FROM gpu_pod_samples WHERE pod IS NOT NULL
            GROUP BY ALL ORDER BY host, gpu_index, t0, t1, namespace, pod"""
     ).fetchall()
     if not rows:

@@ -7,9 +7,10 @@ them in one file per day, ``<bucket>/tier_index/<YYYY-MM-DD>.json``, read only w
 analysis lists a file of that day (a week of a month-long bucket reads seven): per file
 its path relative to the bucket, its size and modification time (ns; S3: the object's
 size and LastModified), and what its footer said (the check's verdict, problem, rows,
-time range, host and replaced files; for a tier file its SQL and sources hashes). An
-analysis takes a file's check from the index when the path, size and time still match
-and reads the footer of every other file as before: late files, today's files, files
+time range, host, replaced files and whether a row can name a pod; for a tier file its
+SQL and sources hashes). An analysis takes a file's check from the index when the path,
+size and time still match and reads the footer of every other file as before: late
+files, today's files, files
 compacted or rewritten since.
 
 The one change this cannot see: a file replaced by one of the same size and the same
@@ -56,13 +57,22 @@ def _time(us: int | None) -> dt.datetime | None:
 
 
 def _encode(c: layout.FileCheck) -> list[Any]:
-    return [c.problem, c.rows, _us(c.ts_min), _us(c.ts_max), c.replaces, c.host, c.schema_hash]
+    return [
+        c.problem,
+        c.rows,
+        _us(c.ts_min),
+        _us(c.ts_max),
+        c.replaces,
+        c.host,
+        c.schema_hash,
+        c.pods,
+    ]
 
 
 def _decode(entry: layout.Entry, v: list[Any]) -> layout.FileCheck:
-    problem, rows, lo, hi, replaces, host, shape = v
+    problem, rows, lo, hi, replaces, host, shape, pods = v
     return layout.FileCheck(
-        entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host, shape
+        entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host, shape, bool(pods)
     )
 
 
@@ -186,7 +196,7 @@ def _read_day(
         raw = {str(p): ((int(s), int(m)), list(v)) for p, s, m, v in doc["raw"]}
         tier = {str(p): ((int(s), int(m)), (str(h), str(src))) for p, s, m, h, src in doc["tier"]}
         for v in raw.values():
-            if len(v[1]) != 7:
+            if len(v[1]) != 8:
                 raise ValueError("a raw file's check has the wrong length")
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         if warn:

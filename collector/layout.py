@@ -266,6 +266,9 @@ class FileCheck:
     # the Parquet schema's hash (column names, order, types): files with the same one can be
     # read as one table without reconciling their schemas
     schema_hash: str | None = None
+    # some row may name a Kubernetes pod (a ``pod`` column whose statistics do not show
+    # every row NULL): the files an analysis reads pods from
+    pods: bool = False
 
 
 def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
@@ -278,7 +281,7 @@ def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
 
 # bump whenever check_file's verdict on the same bytes can change: stored checks
 # (analyzer.tierindex) made by another version are then not used
-CHECK_VERSION = 1
+CHECK_VERSION = 2
 
 
 def check_fingerprint() -> str:
@@ -333,6 +336,7 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     res.rows = md.num_rows
     res.ts_min, res.ts_max = _time_range(md, schema.get_field_index(spec.time_column))
     res.host = _one_value(md, schema.get_field_index("host"))
+    res.pods = _maybe_set(md, schema.get_field_index("pod"))
     tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object
     res.schema_hash = hashlib.sha256(tree.encode()).hexdigest()[:16]
     raw = kv.get(REPLACES_KEY)
@@ -353,6 +357,17 @@ def _one_value(md: pq.FileMetaData, col: int) -> str | None:
             return None
         seen.add(st.min)
     return seen.pop() if len(seen) == 1 and isinstance(next(iter(seen)), str) else None
+
+
+def _maybe_set(md: pq.FileMetaData, col: int) -> bool:
+    """False when the statistics show every row of the column NULL (or there is no such
+    column); True when some row may hold a value."""
+    for i in range(md.num_row_groups if col >= 0 else 0):
+        rg = md.row_group(i)
+        st = rg.column(col).statistics
+        if st is None or not st.has_null_count or st.null_count < rg.num_rows:
+            return True
+    return False
 
 
 def _time_range(md: pq.FileMetaData, col: int) -> tuple[dt.datetime | None, dt.datetime | None]:

@@ -167,6 +167,32 @@ def test_footer_gives_time_range_and_replaced_files(tmp_path) -> None:
     assert [c.entry.name for c in good] == ["gpu_samples-compact-x.parquet"] and not bad
 
 
+def test_footer_tells_which_files_can_name_a_pod(tmp_path) -> None:
+    """A file whose pod statistics show every row NULL, or that has no pod column, names
+    no pod; one pod in any row group does. The stored check keeps the answer."""
+    from analyzer import tierindex
+
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    rows = _rows(6)
+    _write_raw(folder / "none.parquet", to_arrow("gpu_samples", rows), _meta())
+    labelled = [{**r, "pod": "srv-a" if i == 5 else None} for i, r in enumerate(rows)]
+    t = to_arrow("gpu_samples", labelled)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(t.replace_schema_metadata(_meta()), folder / "late.parquet", row_group_size=2)
+    _write_raw(folder / "nocol.parquet", t.drop_columns(["namespace", "pod", "container"]), _meta())
+    checks = {
+        c.entry.name: c for c in layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+    }
+    assert pq.ParquetFile(folder / "late.parquet").metadata.num_row_groups == 3
+    assert {n: (c.problem, c.pods) for n, c in checks.items()} == {
+        "none.parquet": (None, False),
+        "late.parquet": (None, True),
+        "nocol.parquet": (None, False),
+    }
+    for c in checks.values():
+        assert tierindex._decode(c.entry, tierindex._encode(c)) == c
+
+
 def test_an_entry_is_the_same_file_whatever_its_stamp() -> None:
     """The size and time the S3 listing gives ride along, but do not change which file it is."""
     a = layout.Entry(

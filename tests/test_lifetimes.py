@@ -171,6 +171,7 @@ CREATE TABLE log_lines (host VARCHAR, ts TIMESTAMPTZ, text VARCHAR);
 CREATE TABLE gpu_buckets (host VARCHAR, gpu_index INTEGER, bi BIGINT, b TIMESTAMPTZ,
                           used_min DOUBLE, used_max DOUBLE, total DOUBLE);
 CREATE TABLE gpu_samples (host VARCHAR, gpu_index INTEGER, ts TIMESTAMPTZ, namespace VARCHAR, pod VARCHAR);
+CREATE VIEW gpu_pod_samples AS SELECT * FROM gpu_samples;
 """
 
 

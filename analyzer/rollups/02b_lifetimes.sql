@@ -91,7 +91,7 @@ resets AS (
                                           $reset_drop_fraction * coalesce(total, 0))
 ),
 pod_starts AS (  -- a new Kubernetes pod on the GPU is a new server, memory continuous or not
-    SELECT host, gpu_index, min(ts) AS ts FROM gpu_samples
+    SELECT host, gpu_index, min(ts) AS ts FROM gpu_pod_samples
     WHERE pod IS NOT NULL AND host IN (SELECT host FROM bare)
     GROUP BY host, gpu_index, namespace, pod
 ),
