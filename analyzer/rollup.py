@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
 ROLLUP_TABLES = (
     "gpu_info",
     "rollup_settings",
+    "gpu_span",
     "gpu_buckets",
     "metric_norm",
     "requests",

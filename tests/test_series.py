@@ -134,6 +134,12 @@ def filled() -> tuple[FindingsDocument, dict]:
         },
     )
     con.execute(f"CREATE TABLE rollup_settings AS SELECT {BUCKET_S} AS bucket_s")
+    (span,) = [  # each GPU's first and last bucket, as the rollups make it
+        s
+        for s in rollup._statements((rollup.ROLLUP_DIR / "01_gpu_buckets.sql").read_text())
+        if "TABLE gpu_span AS" in s
+    ]
+    con.execute(span)
     _table(
         con,
         "idle_windows",

@@ -2,6 +2,16 @@
 CREATE OR REPLACE TABLE rollup_settings AS
 SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS proc_bin_s;
 
+-- Each GPU's first and last bucket (their starts), from its first and last sample in
+-- gpu_info: where a rule or chart starts from a GPU's latest data, no pass over the
+-- buckets to find it. The one place this formula lives.
+CREATE OR REPLACE TABLE gpu_span AS
+SELECT i.host, i.gpu_index,
+       to_timestamp(floor(epoch(i.first_ts) / s.bucket_s) * s.bucket_s) AS first_b,
+       to_timestamp(floor(epoch(i.last_ts) / s.bucket_s) * s.bucket_s) AS last_b,
+       to_timestamp((floor(epoch(i.last_ts) / s.bucket_s) + 1) * s.bucket_s) AS last_end
+FROM gpu_info i, rollup_settings s;
+
 -- Device memory per GPU in fixed buckets: the one pass over raw samples that
 -- every memory rule builds on. bi is the bucket number (epoch / width).
 CREATE OR REPLACE TABLE gpu_buckets AS

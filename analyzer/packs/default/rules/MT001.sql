@@ -39,9 +39,8 @@ WITH rate AS (
 recent AS (
     SELECT g.host, g.gpu_index, max(g.used_max) AS peak, max(g.total) AS total, min(g.b) AS start, max(g.b_end) AS "end"
     FROM gpu_buckets g
-    -- each GPU's last bucket, from its last sample (gpu_info): no second pass over the buckets
-    JOIN (SELECT host, gpu_index, to_timestamp(floor(epoch(last_ts) / s.bucket_s) * s.bucket_s) AS last_b
-          FROM gpu_info, rollup_settings s) l USING (host, gpu_index)
+    -- each GPU's last bucket (gpu_span): no second pass over the buckets
+    JOIN gpu_span l USING (host, gpu_index)
     WHERE g.b >= l.last_b - to_minutes(CAST($recent_minutes AS BIGINT))
     GROUP BY g.host, g.gpu_index
 )
