@@ -14,10 +14,12 @@ collector run, are quarantined: left out of the views, counted and listed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,22 +240,14 @@ def open_checked(
         sane = _sane_predicate(good[name], hi, los)
         where = _scope_predicates(scope) + ([sane] if sane else [])
         parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
-        try:
+        with _reading(bucket, name):
             # binds the view, reading every footer: an unreadable file fails here already
             sql = raw_select(con, name, files, parts[name], alike=layout.one_schema(good[name]))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             if sane:
                 out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
-        except duckdb.Error as e:
-            if gone_path := vanished(e):
-                raise BucketChanged(gone_path) from e
-            raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
-    try:
+    with _reading(bucket, "gpu_samples"):
         _pod_view(con, good["gpu_samples"], local["gpu_samples"], parts.get("gpu_samples", ""))
-    except duckdb.Error as e:
-        if gone_path := vanished(e):
-            raise BucketChanged(gone_path) from e
-        raise BucketError(f"{bucket}/gpu_samples: cannot read trace files: {e}") from e
     out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:
         out.tier = tierread.attach_opened(
@@ -262,18 +256,30 @@ def open_checked(
     return out
 
 
+@contextlib.contextmanager
+def _reading(bucket: str | os.PathLike[str], name: str) -> Iterator[None]:
+    """Binding a view over a table's files: a file gone meanwhile is BucketChanged (the
+    analysis reads the bucket again), any other failure a BucketError naming the table."""
+    try:
+        yield
+    except duckdb.Error as e:
+        if gone_path := vanished(e):
+            raise BucketChanged(gone_path) from e
+        raise BucketError(f"{bucket}/{name}: cannot read trace files: {e}") from e
+
+
 def _pod_view(
     con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], files: list[str], cond: str
 ) -> None:
     """``gpu_pod_samples``: the device samples of the files whose footers show a pod
     name (the rows of ``gpu_samples`` that can have one), so that finding the pods reads
     those files alone, not every day's."""
-    with_pods = [f for c, f in zip(checks, files, strict=True) if c.pods]
-    if not with_pods:
+    mine = [(c, f) for c, f in zip(checks, files, strict=True) if c.pods]
+    if not mine:
         con.execute("CREATE OR REPLACE TABLE gpu_pod_samples AS SELECT * FROM gpu_samples LIMIT 0")
         return
-    alike = layout.one_schema([c for c in checks if c.pods])
-    sql = raw_select(con, "gpu_samples", with_pods, cond, alike=alike)
+    alike = layout.one_schema([c for c, _f in mine])
+    sql = raw_select(con, "gpu_samples", [f for _c, f in mine], cond, alike=alike)
     con.execute(f"CREATE OR REPLACE VIEW gpu_pod_samples AS {sql}")
 
 

@@ -225,7 +225,10 @@ def _host_dirs(
         ddir = os.path.join(tdir, date_name)
         for host_name in _listdir(ddir):
             hv = _value(host_name, "host")
-            if hv is None or decode_host(hv) in skip or not host_ok(decode_host(hv)):
+            if hv is None:
+                continue
+            host = decode_host(hv)
+            if host in skip or not host_ok(host):
                 continue
             yield day, hv, os.path.join(ddir, host_name)
 
