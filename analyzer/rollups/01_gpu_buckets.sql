@@ -5,12 +5,18 @@ SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS pro
 -- Each GPU's first and last bucket (their starts), from its first and last sample in
 -- gpu_info: where a rule or chart starts from a GPU's latest data, no pass over the
 -- buckets to find it. The one place this formula lives.
+-- first_bi, last_bi: their bucket numbers, as gpu_buckets.bi.
 CREATE OR REPLACE TABLE gpu_span AS
-SELECT i.host, i.gpu_index,
-       to_timestamp(floor(epoch(i.first_ts) / s.bucket_s) * s.bucket_s) AS first_b,
-       to_timestamp(floor(epoch(i.last_ts) / s.bucket_s) * s.bucket_s) AS last_b,
-       to_timestamp((floor(epoch(i.last_ts) / s.bucket_s) + 1) * s.bucket_s) AS last_end
-FROM gpu_info i, rollup_settings s;
+SELECT host, gpu_index, first_bi, last_bi,
+       to_timestamp(first_bi * bucket_s) AS first_b,
+       to_timestamp(last_bi * bucket_s) AS last_b,
+       to_timestamp((last_bi + 1) * bucket_s) AS last_end
+FROM (
+    SELECT i.host, i.gpu_index, s.bucket_s,
+           CAST(floor(epoch(i.first_ts) / s.bucket_s) AS BIGINT) AS first_bi,
+           CAST(floor(epoch(i.last_ts) / s.bucket_s) AS BIGINT) AS last_bi
+    FROM gpu_info i, rollup_settings s
+);
 
 -- Device memory per GPU in fixed buckets: the one pass over raw samples that
 -- every memory rule builds on. bi is the bucket number (epoch / width).

@@ -8,11 +8,10 @@
 -- groups and sorts on integers.
 WITH fine AS (
     SELECT i.host, i.gpu_index, row_number() OVER (ORDER BY i.host, i.gpu_index) AS gid,
-           CAST(floor(epoch(i.first_ts) / s.bucket_s) AS BIGINT) AS bi0,
-           CAST(floor(epoch(i.last_ts) / s.bucket_s) AS BIGINT) AS bi1,
+           p.first_bi AS bi0, p.last_bi AS bi1,
            CAST(greatest(1, ceil((epoch(i.last_ts) - epoch(i.first_ts))
                                  / s.bucket_s / (2 * $max_points))) AS BIGINT) AS fine_step
-    FROM gpu_info i, rollup_settings s
+    FROM gpu_info i JOIN gpu_span p USING (host, gpu_index), rollup_settings s
 ), span AS (
     SELECT *, fine_step * CAST(ceil(((bi1 - bi0) // fine_step + 1) / $max_points) AS BIGINT) AS step
     FROM fine
