@@ -139,6 +139,16 @@ class GpuSeries:
     used_min: list[int]
     idle_windows: list[list[float]] = field(default_factory=list)  # [start, end, baseline_bytes]
     trend: list[list[float]] = field(default_factory=list)  # [t0, bytes0, t1, bytes1]
+    # epoch seconds of the GPU's last sample (t[-1] is its last point's chunk start)
+    last_t: float | None = None
+
+    @property
+    def data_end(self) -> float | None:
+        """Where its samples end, as a forecast counts from: its last sample (in a
+        document written without ``last_t``, its last point)."""
+        if self.last_t is not None:
+            return self.last_t
+        return self.t[-1] if self.t else None
 
 
 @dataclass

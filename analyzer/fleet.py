@@ -312,7 +312,7 @@ def _data_ends(doc: FindingsDocument) -> dict[tuple[str, int | None], float | No
     out: dict[tuple[str, int | None], float | None] = {
         (h.host, None): _epoch(h.last_ts) or run_end for h in doc.hosts
     }
-    out.update({(s.host, s.gpu): s.t[-1] for s in doc.series if s.t})
+    out.update({(s.host, s.gpu): s.data_end for s in doc.series if s.data_end is not None})
     return out
 
 

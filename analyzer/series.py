@@ -87,7 +87,7 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
     if rng:
         doc.run.data_start, doc.run.data_end = iso_utc(rng[0][0]), iso_utc(rng[0][1])
 
-    meta = {(h, g): (name, total) for h, g, name, total in _rows(con, "gpu_names")}
+    meta = {(h, g): (name, total, last) for h, g, name, total, last in _rows(con, "gpu_names")}
     windows: dict[tuple[str, int], list[list[float]]] = {}
     for h, g, s, e, base in _rows(con, "idle_windows"):
         windows.setdefault((h, g), []).append([float(s), float(e), float(round(base))])
@@ -99,7 +99,7 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
             [float(t0), float(round(b0)), float(t1), float(round(b0 + slope * (t1 - t0)))]
         )
     for h, g, t, used_max, used_min in _rows(con, "gpu_series"):
-        name, total = meta.get((h, g), (None, None))
+        name, total, last = meta.get((h, g), (None, None, None))
         doc.series.append(
             GpuSeries(
                 host=str(h),
@@ -111,6 +111,7 @@ def fill(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
                 used_min=used_min,
                 idle_windows=windows.get((h, g), []),  # type: ignore[arg-type]
                 trend=trends.get((h, g), []),  # type: ignore[arg-type]
+                last_t=None if last is None else float(last),
             )
         )
 

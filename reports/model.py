@@ -223,8 +223,8 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
             rate = lead.rate_mib_per_h if lead and lead.rate_rule != "HR001" else None
             oom_t = None  # the table's forecast, from the end of the lead GPU's samples
             if lead and lead.hours_to_oom is not None:
-                own = next((s for s in ss if s.gpu == lead.gpu and s.t), None)
-                oom_t = own.t[-1] + lead.hours_to_oom * 3600 if own else None
+                end = next((s.data_end for s in ss if s.gpu == lead.gpu), None)
+                oom_t = end + lead.hours_to_oom * 3600 if end is not None else None
             spec = build_spec(
                 anchor_of[(host, gs[0])] + "-chart",
                 title,

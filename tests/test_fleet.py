@@ -149,3 +149,25 @@ def test_an_empty_week_says_so() -> None:
     html = render_fleet(build("2026-W49", FindingsDocument(run=run)))
     assert "No data for this week" in html and "2026-11-30" in html
     assert 'id="cohorts"' not in html and 'id="ranking"' not in html  # no all-zero tables
+
+
+def test_each_gpu_series_keeps_its_last_sample(sim_doc) -> None:
+    """last_t (where a forecast counts from: tests/test_report.py) is the GPU's last sample,
+    after its last chart point; a document written before last_t counts from that point."""
+    import dataclasses
+    import datetime as dt
+
+    from analyzer.findings import FindingsDocument, GpuSeries
+
+    hosts = {h.host: h for h in sim_doc.hosts}
+    for s in sim_doc.series:
+        assert s.last_t is not None and s.last_t > s.t[-1] and s.data_end == s.last_t
+        if hosts[s.host].gpus == 1:
+            last = dt.datetime.fromtimestamp(s.last_t, dt.UTC)
+            assert hosts[s.host].last_ts == last.isoformat().replace("+00:00", "Z")
+    old = [
+        GpuSeries(**{k: x for k, x in dataclasses.asdict(s).items() if k != "last_t"})
+        for s in sim_doc.series
+    ]
+    assert [s.data_end for s in old] == [s.t[-1] for s in sim_doc.series]
+    assert FindingsDocument.from_dict(sim_doc.to_dict()).series == sim_doc.series

@@ -498,7 +498,9 @@ def test_oom_clock_counts_from_the_gpus_own_data_end(sim_doc) -> None:
     from analyzer.fleet import gpu_verdicts
     from reports.model import build as build_model
 
-    ends = {(s.host, s.gpu): s.t[-1] for s in sim_doc.series}
+    # each GPU's last sample, not its last chart point (the start of a chunk of buckets)
+    ends = {(s.host, s.gpu): s.last_t for s in sim_doc.series if s.last_t is not None}
+    assert all(t > s.t[-1] for s in sim_doc.series if (t := ends.get((s.host, s.gpu))))
     assert len({round(t) for t in ends.values()}) > 1  # the fixture has hosts ending apart
     model = build_model(sim_doc)
     charts = {s.anchor: s.chart for s in model.sections}

@@ -1,2 +1,2 @@
--- Each GPU's model name and memory size, for its series.
-SELECT host, gpu_index, gpu_name, total FROM gpu_info
+-- Each GPU's model name, memory size and last sample (epoch seconds), for its series.
+SELECT host, gpu_index, gpu_name, total, CAST(epoch(last_ts) AS DOUBLE) FROM gpu_info
