@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "activity_stale_s": 120,  # a running-requests reading older than this is unknown
     "log_activity_stale_s": 30,  # ... this, when it came from batch-stats log lines alone
     "step_noise_mib": 8,  # baseline steps below this are noise
+    "chart_block": 5,  # buckets per block of the chart series' store (gpu_blocks)
     "proc_bin_s": 300,  # per-process figures (NVML, /proc) are averaged per bin of this width
     "alloc_bin_s": 300,  # allocator-probe floors are taken per bin of this width
     # lifetimes without a process table (02b_lifetimes.sql)
@@ -43,6 +44,7 @@ ROLLUP_TABLES = (
     "rollup_settings",
     "gpu_span",
     "gpu_buckets",
+    "gpu_blocks",
     "metric_norm",
     "requests",
     "kv_usage",

@@ -2,9 +2,10 @@
 
 ``leakreport rollup`` (:func:`build`) runs the first-stage rollup statements (the very ones the
 analysis runs) over one host-day's raw files at a time and stores their results in the bucket
-layout: ``tier_gpu_info``, ``tier_gpu_buckets`` (from ``gpu_samples``), ``tier_metric_norm``
-(``metric_samples``), ``tier_proc_bins`` (``gpu_processes``), ``tier_source_runs``
-(``collector_runs``), ``tier_server_parts`` (``processes``), grouped by keys within a day;
+layout: ``tier_gpu_info``, ``tier_gpu_buckets`` and ``tier_gpu_blocks`` (from
+``gpu_samples``), ``tier_metric_norm`` (``metric_samples``), ``tier_proc_bins``
+(``gpu_processes``), ``tier_source_runs`` (``collector_runs``), ``tier_server_parts``
+(``processes``), grouped by keys within a day;
 and ``tier_idle_segments``, from the three of ``gpu_samples``, ``metric_samples`` and
 ``log_lines`` together (:mod:`analyzer.tierjoint`).
 
@@ -41,12 +42,16 @@ TIER_FORMAT = 2
 TIERS: dict[str, tuple[str, str]] = {
     "tier_gpu_info": ("gpu_info", "gpu_samples"),
     "tier_gpu_buckets": ("gpu_buckets", "gpu_samples"),
+    "tier_gpu_blocks": ("gpu_blocks", "gpu_samples"),
     "tier_metric_norm": ("metric_norm", "metric_samples"),
     "tier_proc_bins": ("proc_bins", "gpu_processes"),
     "tier_source_runs": ("source_runs", "collector_runs"),
     "tier_server_parts": ("server_parts", "processes"),
 }
 SOURCES = tuple(sorted({s for _t, s in TIERS.values()}))
+# tier tables made from a rollup table of the same raw table, made just before them (in
+# TIERS order), not from the raw table itself: tier table -> the rollup table it reads
+READS: dict[str, str] = {"tier_gpu_blocks": "gpu_buckets"}
 # tier tables made from several raw tables of a host-day at once, by the chain of rollup
 # statements that leads to them: the idle segments (03_idle_windows.sql), from the device
 # samples, metrics and server log lines (their batch-stats events) of the host-day.
@@ -76,7 +81,7 @@ DAY = dt.timedelta(days=1)
 def statements() -> dict[str, str]:
     """The rollup statements the tier runs, by the table they create (in file order)."""
     out: dict[str, str] = {}
-    wanted = {t for t, _s in TIERS.values()} | set(JOINT_CHAIN)
+    wanted = {t for t, _s in TIERS.values()} | set(JOINT_CHAIN) | set(READS.values())
     for f in rollup.rollup_files():
         for stmt in rollup._statements(f.read_text(encoding="utf-8")):
             m = rollup._CREATES.search(stmt)
@@ -98,7 +103,8 @@ def chain(tier_table: str, stmts: dict[str, str] | None = None) -> list[str]:
     stmts = stmts or statements()
     if tier_table in JOINT:
         return [stmts[t] for t in JOINT_CHAIN]
-    return [stmts[TIERS[tier_table][0]]]
+    before = [stmts[READS[tier_table]]] if tier_table in READS else []
+    return [*before, stmts[TIERS[tier_table][0]]]
 
 
 def chain_params(tier_table: str) -> set[str]:

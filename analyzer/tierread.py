@@ -189,11 +189,16 @@ def rollup_with_tier(
             )
             con.execute((tier.COMBINE_DIR / f"{table}.sql").read_text("utf-8"))
             return True
-        source = next(s for t, s in TIERS.values() if t == table)
+        tier_table, source = next((k, s) for k, (t, s) in TIERS.items() if t == table)
         made = tier.build_params(use.width)
         refs = referenced_params(stmt)
         if any(float(params[k]) != float(made[k]) for k in refs):
             return False  # the analysis runs with other parameters: raw samples only
+        if tier_table in tier.READS:
+            # made from another rollup table: from that one's rest, where this run made one
+            source = tier.READS[tier_table]
+            if not _has_table(con, f"{source}_rest"):
+                return False
         if f"FROM {source}\n" not in stmt:
             return False
         rest = stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1).replace(
@@ -215,3 +220,9 @@ def rollup_with_tier(
         con.execute(f"DROP TABLE {table}_rest")  # combined: its memory is the rules' now
         return True
     return False
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    sql = "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?"
+    row = con.execute(sql, [name]).fetchone()
+    return bool(row and row[0])

@@ -22,6 +22,7 @@ from analyzer.findings import FindingsDocument, RunInfo, iso_utc
 REPO = Path(__file__).resolve().parents[1]
 BUCKET_S = 60.0
 T0 = 1_795_000_020.0  # epoch seconds, a multiple of BUCKET_S
+BLOCK = rollup.DEFAULTS["chart_block"]
 
 
 def test_the_series_sql_lives_in_its_folder_and_ships_in_the_wheel() -> None:
@@ -74,12 +75,17 @@ def _source_runs(con: duckdb.DuckDBPyConnection) -> None:
 def _expected_gpu(rows: list[tuple[int, int, int]], first: float, last: float) -> list[list]:
     """The rules, stated plainly: fine chunks of `fine` buckets from the first sample (about
     2 x MAX_POINTS over the span), taken ceil(fine chunks / MAX_POINTS) at a time, whether
-    they hold data or not (a gap stays a gap); each point is a chunk's first time, highest
-    peak and lowest trough."""
+    they hold data or not (a gap stays a gap); where that is BLOCK buckets or more, chunks
+    of whole blocks of BLOCK buckets from the first sample's block instead, the fewest that
+    keep to MAX_POINTS chunks. Each point is a chunk's first time, highest peak and lowest
+    trough."""
     m = series.MAX_POINTS
     bi0, bi1 = math.floor(first / BUCKET_S), math.floor(last / BUCKET_S)
     fine = max(1, math.ceil((last - first) / BUCKET_S / (2 * m)))
     step = fine * math.ceil(((bi1 - bi0) // fine + 1) / m)
+    if step >= BLOCK:
+        bi0 = bi0 // BLOCK * BLOCK
+        step = BLOCK * math.ceil((bi1 - bi0 + 1) / (BLOCK * m))
     chunks: dict[int, list] = {}
     for bi, hi, lo in rows:
         t = bi * BUCKET_S
@@ -133,13 +139,16 @@ def filled() -> tuple[FindingsDocument, dict]:
             "last_ts": [_ts(b) for _, b in info.values()],
         },
     )
-    con.execute(f"CREATE TABLE rollup_settings AS SELECT {BUCKET_S} AS bucket_s")
-    (span,) = [  # each GPU's first and last bucket, as the rollups make it
-        s
-        for s in rollup._statements((rollup.ROLLUP_DIR / "01_gpu_buckets.sql").read_text())
-        if "TABLE gpu_span AS" in s
-    ]
-    con.execute(span)
+    con.execute(
+        f"CREATE TABLE rollup_settings AS SELECT {BUCKET_S} AS bucket_s, {BLOCK} AS chart_block"
+    )
+    for made in ("gpu_span", "gpu_blocks"):  # as the rollups make them
+        (stmt,) = [
+            s
+            for s in rollup._statements((rollup.ROLLUP_DIR / "01_gpu_buckets.sql").read_text())
+            if f"TABLE {made} AS" in s
+        ]
+        con.execute(stmt, {"chart_block": BLOCK} if "$chart_block" in stmt else None)
     _table(
         con,
         "idle_windows",
@@ -238,7 +247,7 @@ def filled() -> tuple[FindingsDocument, dict]:
     )
     doc = FindingsDocument(run=RunInfo("b", None, None, [], "", ""))
     series.fill(con, doc)
-    return doc, {"rows": rows, "info": info, "kv": kv}
+    return doc, {"rows": rows, "info": info, "kv": kv, "con": con}
 
 
 def test_gpu_series_keep_each_chunks_peak_and_trough(filled) -> None:
@@ -250,7 +259,21 @@ def test_gpu_series_keep_each_chunks_peak_and_trough(filled) -> None:
         assert len(s.t) <= series.MAX_POINTS
         assert all(type(x) is float for x in s.t) and all(type(x) is int for x in s.used_max)
         assert (s.gpu_name, s.total_bytes) == ("H100", 80 * 2**30)
-    assert len(doc.series[0].t) == 375 and len(doc.series[2].t) == 300  # merged / untouched
+    assert len(doc.series[0].t) == 301 and len(doc.series[2].t) == 300  # blocks / untouched
+
+
+def test_long_spans_are_charted_from_the_blocks_short_ones_from_the_buckets(filled) -> None:
+    """h1's GPUs span days (whole blocks of gpu_blocks), h2's five hours (its buckets): each
+    reads only its own table, so the stored tier's blocks stand in for a month's buckets."""
+    doc, given = filled
+    con = given["con"]
+    con.execute("DELETE FROM gpu_buckets WHERE host = 'h1'")
+    con.execute("DELETE FROM gpu_blocks WHERE host = 'h2'")
+    again = FindingsDocument(run=RunInfo("b", None, None, [], "", ""))
+    series.fill(con, again)
+    assert [(s.host, s.gpu, s.t, s.used_max, s.used_min) for s in again.series] == [
+        (s.host, s.gpu, s.t, s.used_max, s.used_min) for s in doc.series
+    ]
     last_bi = max(r[-1][0] for r in given["rows"].values())
     assert doc.run.data_start == iso_utc(_ts(T0))
     assert doc.run.data_end == iso_utc(_ts((last_bi + 1) * BUCKET_S))

@@ -73,6 +73,7 @@ def test_findings_identical_with_no_partial_and_full_tier(bucket, weeks: bool) -
 SENTINEL = {
     "tier_gpu_info": ("samples", "SELECT max(samples) FROM gpu_info"),
     "tier_gpu_buckets": ("used_max", "SELECT max(used_max) FROM gpu_buckets"),
+    "tier_gpu_blocks": ("used_max", "SELECT max(used_max) FROM gpu_blocks"),
     "tier_metric_norm": ("value", "SELECT max(value) FROM metric_norm"),
     "tier_proc_bins": ("used_max", "SELECT max(used_max) FROM proc_bins"),
     "tier_source_runs": ("runs", "SELECT max(runs) FROM source_runs"),
@@ -185,6 +186,30 @@ def test_other_parameters_read_raw_samples(bucket) -> None:
     (pb,) = opened.con.execute("SELECT max(used_max) FROM proc_bins").fetchone() or (None,)
     (gb,) = opened.con.execute("SELECT max(used_max) FROM gpu_buckets").fetchone() or (None,)
     assert pb is not None and pb < BIG and gb == BIG
+
+
+@pytest.mark.parametrize(
+    "params", [{"chart_block": 3}, {"bucket_s": 30}], ids=["other-blocks", "other-buckets"]
+)
+def test_chart_blocks_follow_the_buckets_they_are_made_of(bucket, params) -> None:
+    """gpu_blocks is made from gpu_buckets: with another block size it comes from raw
+    samples; with another bucket width too (gpu_buckets does), though its own parameters
+    are the tier's."""
+    from analyzer import bucket as bucket_mod
+    from analyzer import logevents, rollup
+
+    tier.build(bucket, before=NOW.date(), weeks=False)
+    for f in (bucket / "tier_gpu_blocks").rglob("*.parquet"):
+        _rewrite(f, "used_max", BIG)
+    opened = bucket_mod.open_checked(bucket, now=NOW)
+    logevents.build(opened.con)
+    times: list[dict[str, object]] = []
+    rollup.build(opened.con, params, tier=opened.tier, timings=times)
+    by_table = {str(t["stage"]).split(":")[1]: t["tier"] for t in times}
+    assert by_table["gpu_blocks"] is False
+    assert by_table["gpu_buckets"] is ("bucket_s" not in params)
+    (gb,) = opened.con.execute("SELECT max(used_max) FROM gpu_blocks").fetchone() or (None,)
+    assert gb is not None and gb < BIG
 
 
 @pytest.mark.parametrize("weeks", [False, True], ids=["day-files", "week-files"])

@@ -1,6 +1,8 @@
--- The bucket width chosen for this trace, for rules that bucket other tables alike.
+-- The bucket width chosen for this trace, for rules that bucket other tables alike
+-- (and the buckets per block of gpu_blocks, for the charts that read it).
 CREATE OR REPLACE TABLE rollup_settings AS
-SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS proc_bin_s;
+SELECT CAST($bucket_s AS DOUBLE) AS bucket_s, CAST($proc_bin_s AS DOUBLE) AS proc_bin_s,
+       CAST($chart_block AS BIGINT) AS chart_block;
 
 -- Each GPU's first and last bucket (their starts), from its first and last sample in
 -- gpu_info: where a rule or chart starts from a GPU's latest data, no pass over the
@@ -38,3 +40,11 @@ FROM (
     WHERE memory_used_bytes IS NOT NULL
     GROUP BY ALL
 );
+
+-- Device memory per GPU in blocks of $chart_block buckets (bi // $chart_block), for the
+-- charts of long spans (rollups/series/gpu_series.sql), whose points are whole blocks:
+-- a month's chart groups a fifth of the buckets. bi: the block's first bucket with data.
+CREATE OR REPLACE TABLE gpu_blocks AS
+SELECT host, gpu_index, min(bi) AS bi, max(used_max) AS used_max, min(used_min) AS used_min
+FROM gpu_buckets
+GROUP BY host, gpu_index, bi // $chart_block;
