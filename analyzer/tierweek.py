@@ -36,6 +36,12 @@ KEY_COL = "_tier_key"
 MEMORY_LIMIT = "512MB"  # for writing a week file (the analysis has its own budget)
 SUFFIX = "_week"
 Key = tuple[dt.date, str]  # (day, host folder)
+# week files of these tier tables sort by this column first (then by every column, as
+# the others): the analysis reads them a value at a time (requests, activity and
+# kv_usage each read one metric of metric_norm), and each row group of such a file then
+# holds few values, so DuckDB skips the rest by their statistics (a month: the three
+# read 0.15 s, not 0.21 s). Only the speed depends on it: older week files still serve.
+SORT_FIRST = {"tier_metric_norm": "metric"}
 
 
 def week_table(tier_table: str) -> str:
@@ -165,7 +171,7 @@ def pack(
                 {p: weeks[p] for p in held if p in weeks},
                 (lambda ps: _stage(fs, ps, tmp)) if fs is not None else None,
             )
-            body = _rows(con, files, local_weeks)
+            body = _rows(con, files, local_weeks, SORT_FIRST.get(t))
             meta = {
                 HASH_KEY.decode(): sql_hashes[t],
                 SOURCES_KEY.decode(): json.dumps(
@@ -192,8 +198,11 @@ def pack(
     return written
 
 
-def _rows(con: Any, files: dict[Key, str], weeks: dict[str, frozenset[Key]]) -> str:
-    """The rows of each host-day with its ``_tier_key``, sorted (deterministic files)."""
+def _rows(
+    con: Any, files: dict[Key, str], weeks: dict[str, frozenset[Key]], first: str | None = None
+) -> str:
+    """The rows of each host-day with its ``_tier_key``, sorted (deterministic files): by
+    the column ``first`` first, where given."""
     plain = {k: p for k, p in files.items() if p not in weeks}
     parts = []
     if plain:
@@ -217,7 +226,12 @@ def _rows(con: Any, files: dict[Key, str], weeks: dict[str, frozenset[Key]]) -> 
             f"SELECT {KEY_COL}, * EXCLUDE ({KEY_COL}) FROM {parquet([p], False)} "
             f"WHERE {KEY_COL} IN ({_in(ks)})"
         )
-    return "SELECT * FROM (" + "\nUNION ALL BY NAME\n".join(parts) + ") ORDER BY ALL"
+    rows = "SELECT * FROM (" + "\nUNION ALL BY NAME\n".join(parts) + ")"
+    if first is None:
+        return rows + " ORDER BY ALL"
+    cols = [str(r[0]) for r in con.execute(f"DESCRIBE {rows}").fetchall()]
+    order = [first, *(c for c in cols if c != first)]
+    return rows + " ORDER BY " + ", ".join(f'"{c}"' for c in order)
 
 
 def _in(texts: Iterable[str]) -> str:
