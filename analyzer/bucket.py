@@ -7,9 +7,10 @@ is left out and named (an incomplete analysis), and the rest is analysed. A tabl
 with no files becomes an empty, correctly typed table: rules that need it are
 skipped, everything else still runs.
 
-Time sanity: samples stamped more than :data:`FUTURE_MARGIN` after the analysis
-time, or (for tables sampled by a collector run) before the host's first
-collector run, are quarantined: left out of the views, counted and listed.
+Time sanity (:mod:`analyzer.timesanity`): samples stamped more than five minutes
+after the analysis time, or (for tables sampled by a collector run) before the
+host's first collector run, are quarantined: left out of the views, counted and
+listed.
 """
 
 from __future__ import annotations
@@ -28,20 +29,21 @@ import duckdb
 import pyarrow as pa
 
 from analyzer import memory, tierindex
-from analyzer.findings import QUARANTINED
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
-from analyzer.views import parquet, raw_select
+from analyzer.timesanity import (
+    FUTURE_MARGIN,
+    SAMPLED_AT_RUN,
+    count_quarantined,
+    first_runs,
+    sane_predicate,
+    scope_predicates,
+)
+from analyzer.views import raw_select
 from analyzer.views import sql_list as _sql_list
-from analyzer.views import sql_str as _sql_str
 from collector import layout
 from collector.schema import TABLES
 from collector.store import is_s3, root_of, s3_filesystem, s3_root
-
-FUTURE_MARGIN = dt.timedelta(minutes=5)
-# tables whose rows a collector run samples at run time: none can predate the first run
-# (log lines and probe records can: they were written before the collector read them)
-SAMPLED_AT_RUN = ("gpu_samples", "gpu_processes", "proc_maps", "processes", "metric_samples")
 
 
 class BucketError(Exception):
@@ -98,10 +100,6 @@ def to_arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     """A relation as an Arrow table, on DuckDB 1.x and 2.x (which renamed the call)."""
     fn = getattr(rel, "to_arrow_table", None) or rel.arrow
     return fn()
-
-
-def _ts(t: dt.datetime) -> str:
-    return f"TIMESTAMPTZ '{t.astimezone(dt.UTC).isoformat()}'"
 
 
 def checked_files(
@@ -224,7 +222,7 @@ def open_checked(
                 if gone:
                     raise BucketChanged(_shown(bucket, gone[0], s3)) from None
                 raise
-    first_run = _first_runs(con, good["collector_runs"], local["collector_runs"], hi)
+    first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
@@ -237,15 +235,15 @@ def open_checked(
             con.unregister("__empty")
             continue
         los = first_run if name in SAMPLED_AT_RUN else {}
-        sane = _sane_predicate(good[name], hi, los)
-        where = _scope_predicates(scope) + ([sane] if sane else [])
+        sane = sane_predicate(good[name], hi, los)
+        where = scope_predicates(scope) + ([sane] if sane else [])
         parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
         with _reading(bucket, name):
             # binds the view, reading every footer: an unreadable file fails here already
             sql = raw_select(con, name, files, parts[name], alike=layout.one_schema(good[name]))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             if sane:
-                out.quarantined += _count_quarantined(con, name, files, good[name], sane, scope)
+                out.quarantined += count_quarantined(con, name, files, sane, scope)
     with _reading(bucket, "gpu_samples"):
         _pod_view(con, good["gpu_samples"], local["gpu_samples"], parts.get("gpu_samples", ""))
     out.hosts = footer_hosts(good, parts)
@@ -332,89 +330,6 @@ def open_bucket(
 
 def _shown(bucket: str | os.PathLike[str], p: str, fs: Any) -> str:
     return f"s3://{p}" if fs is not None else p
-
-
-def _scope_predicates(scope: Scope) -> list[str]:
-    where = []
-    if scope.since:
-        where.append(f"ts >= TIMESTAMPTZ '{scope.since.isoformat()} 00:00:00+00'")
-    if scope.until:
-        nxt = scope.until + dt.timedelta(days=1)
-        where.append(f"ts < TIMESTAMPTZ '{nxt.isoformat()} 00:00:00+00'")
-    if scope.before:
-        where.append(f"ts < {_ts(scope.before)}")
-    return where
-
-
-def _first_runs(
-    con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], runs: list[str], hi: dt.datetime
-) -> dict[str, dt.datetime]:
-    """Each host's first collector run (runs stamped in the future do not count): from the
-    footers where they tell exactly (each file's rows of one host, none after ``hi``),
-    else by a scan of ``runs``."""
-    if all(
-        not c.rows or (c.host is not None and c.ts_min and c.ts_max and c.ts_max <= hi)
-        for c in checks
-    ):
-        first: dict[str, dt.datetime] = {}
-        for c in checks:
-            if c.rows and c.host is not None and c.ts_min:
-                first[c.host] = min(first.get(c.host, c.ts_min), c.ts_min)
-        return {h: t - FUTURE_MARGIN for h, t in first.items()}
-    if not runs:
-        return {}
-    src = parquet(runs)
-    rows = con.execute(
-        f"SELECT host, min(ts) FROM {src} WHERE ts <= {_ts(hi)} GROUP BY host"
-    ).fetchall()
-    return {str(h): t - FUTURE_MARGIN for h, t in rows if t is not None}
-
-
-def _sane_predicate(
-    files: list[layout.FileCheck], hi: dt.datetime, los: dict[str, dt.datetime]
-) -> str | None:
-    """The condition a row must meet to be used, or None when the footers' time ranges
-    show that every row of every file meets it (the usual case: no cost at all)."""
-    suspect_hosts: set[str] = set()
-    too_late = False
-    for c in files:
-        if c.ts_max is None or c.ts_max > hi:
-            too_late = True
-        lo = los.get(c.entry.host)
-        if lo is not None and (c.ts_min is None or c.ts_min < lo):
-            suspect_hosts.add(c.entry.host)
-    if not too_late and not suspect_hosts:
-        return None
-    parts = [f"ts <= {_ts(hi)}"]
-    if suspect_hosts:
-        cases = " ".join(f"WHEN {_sql_str(h)} THEN {_ts(los[h])}" for h in sorted(suspect_hosts))
-        parts.append(f"ts >= coalesce(CASE host {cases} END, ts)")
-    return "(" + " AND ".join(parts) + ")"
-
-
-def _count_quarantined(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    files: list[str],
-    checks: list[layout.FileCheck],
-    sane: str,
-    scope: Scope,
-) -> list[str]:
-    where = " AND ".join([*_scope_predicates(scope), f"NOT {sane}"])
-    src = parquet(files)
-    rows = con.execute(
-        f"SELECT host, count(*), min(ts), max(ts) FROM {src} WHERE {where} GROUP BY host ORDER BY host"
-    ).fetchall()
-    return [
-        f"{h}: {n} {name}{QUARANTINED}{_iso(a)} to {_iso(b)}: more than "
-        f"{int(FUTURE_MARGIN.total_seconds() // 60)} min after the analysis time or before the "
-        "host's first collector run; not used for trends or thresholds"
-        for h, n, a, b in rows
-    ]
-
-
-def _iso(t: Any) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "?"
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer import tier
+from analyzer import tier, timesanity
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
 from collector import layout
@@ -549,14 +549,14 @@ def test_first_runs_from_the_footers_match_a_scan(bucket) -> None:
     unsure = [dataclasses.replace(checks[0], host=None), *checks[1:]]
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    hi = NOW + bucket_mod.FUTURE_MARGIN
-    footer = bucket_mod._first_runs(con, checks, paths, hi)
-    assert len(footer) == 2 and footer == bucket_mod._first_runs(con, unsure, paths, hi)
+    hi = NOW + timesanity.FUTURE_MARGIN
+    footer = timesanity.first_runs(con, checks, paths, hi)
+    assert len(footer) == 2 and footer == timesanity.first_runs(con, unsure, paths, hi)
     early = START + dt.timedelta(hours=3)  # some runs come after it: only a scan can tell
-    assert bucket_mod._first_runs(con, checks, paths, early) == bucket_mod._first_runs(
+    assert timesanity.first_runs(con, checks, paths, early) == timesanity.first_runs(
         con, unsure, paths, early
     )
-    assert bucket_mod._first_runs(con, checks, [], early) == {}  # it did scan
+    assert timesanity.first_runs(con, checks, [], early) == {}  # it did scan
 
 
 def _view_sql(bucket: Path, table: str) -> tuple[str, int]:
@@ -625,7 +625,7 @@ def test_a_host_whose_folder_name_is_not_its_name_reads_the_same_from_the_tier(
     unsure = [dataclasses.replace(c, host=None) for c in checks]
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    runs = bucket_mod._first_runs(con, unsure, [c.entry.path for c in checks], NOW)
+    runs = timesanity.first_runs(con, unsure, [c.entry.path for c in checks], NOW)
     assert list(runs) == [host]
     # and an analysis scoped to the host by its name reads its files
     from analyzer.bucket import Scope
