@@ -64,6 +64,7 @@ JOINT_CHAIN = (
     "metric_norm",
     "kv_usage",
     "activity",
+    "idle_gpu_buckets",
     "activity_grid",
     "idle_segments",
 )

@@ -6,7 +6,7 @@ leads to them over that day's raw files alone (:func:`derive`). An analysis read
 the host-days where the file is current for the raw files of every source table (the same
 name-hash as one-source tier files), and lists those host-days, by the rows' host and day
 number, in ``idle_cover`` (:func:`cover`), so that the rollups derive idle segments for the
-other host-days only (:func:`rest_statement`). Made from one day alone, a day's first
+other host-days only (:func:`idle_buckets`). Made from one day alone, a day's first
 buckets can be idle where a reading of the day before says otherwise: they are segments
 of their own, checked again in the analysis (see the SQL).
 """
@@ -144,27 +144,28 @@ def cover(
         con.execute(f"CREATE OR REPLACE TABLE {tier_table} AS {tierweek.select(files, use.weeks)}")
         # the host-days as the rows name them (a host's folder is not always its name). One
         # whose file has no rows is not listed: none of its buckets is idle even by its own
-        # day's readings, and the analysis derives none for it (see rest_statement)
+        # day's readings, and the analysis derives none for it (see idle_buckets)
         con.execute(f"INSERT INTO idle_cover SELECT DISTINCT host, dn FROM {tier_table}")
         use.tables.add(table)
 
 
-# the one place the idle segments' statement reads every bucket of the span
-_BUCKETS = "FROM gpu_buckets g"
+BUCKETS_VIEW = "idle_gpu_buckets"
 
 
-def rest_statement(con: duckdb.DuckDBPyConnection, stmt: str, use: tier.TierUse) -> str:
-    """The idle segments' statement for the host-days the tier does not cover, reading the
-    buckets of those host-days only (``idle_gpu_buckets``): the stored buckets of a covered
-    host-day are not read at all. A covered host-day whose file holds no segment had no
-    idle bucket even by its own day's readings, so none by the analysis's either."""
+def idle_buckets(con: duckdb.DuckDBPyConnection, use: tier.TierUse) -> bool:
+    """The view ``idle_gpu_buckets`` (03_idle_windows.sql: the buckets of the host-days whose
+    idle segments the analysis derives) over the stored buckets of the host-days the tier
+    does not cover and the raw rest: a covered host-day's buckets are not read at all.
+    A covered host-day whose file holds no segment had no idle bucket even by its own
+    day's readings, so none by the analysis's either. False where the stored buckets are
+    not read (the statement's own view then leaves out idle_cover's host-days)."""
     mine = use.files.get("tier_idle_segments", {})
     stored = use.files.get("tier_gpu_buckets")
-    if stored is None or "gpu_buckets" not in use.tables or stmt.count(_BUCKETS) != 1:
-        return stmt
+    if stored is None or "gpu_buckets" not in use.tables or "idle_segments" not in use.tables:
+        return False
     keep = {k: p for k, p in stored.items() if k not in mine}
     src = (f"{tierweek.select(keep, use.weeks)}\nUNION ALL BY NAME\n" if keep else "") + (
         "SELECT * FROM gpu_buckets_rest"
     )
-    con.execute(f"CREATE OR REPLACE VIEW idle_gpu_buckets AS {src}")
-    return stmt.replace(_BUCKETS, "FROM idle_gpu_buckets g")
+    con.execute(f"CREATE OR REPLACE VIEW {BUCKETS_VIEW} AS {src}")
+    return True

@@ -175,16 +175,17 @@ def rollup_with_tier(
 ) -> bool:
     """Run a first-stage rollup statement as tier + rest when the tier covers it;
     False when the statement is not one the tier stores (run it as it is)."""
+    if f"CREATE OR REPLACE VIEW {tierjoint.BUCKETS_VIEW} AS" in stmt:
+        return tierjoint.idle_buckets(con, use)
     for table in use.tables:
         if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
             continue
         if table in tier.JOINT_TABLES:
-            # the statement itself leaves out the host-days the tier covers (idle_cover),
-            # whose parameters rollup.build checked before the first use of idle_cover
+            # the statement itself leaves out the host-days the tier covers (idle_cover,
+            # idle_gpu_buckets), whose parameters rollup.build checked before the first
+            # use of idle_cover
             con.execute(
-                tierjoint.rest_statement(con, stmt, use).replace(
-                    f"TABLE {table} AS", f"TABLE {table}_rest AS", 1
-                ),
+                stmt.replace(f"TABLE {table} AS", f"TABLE {table}_rest AS", 1),
                 {k: params[k] for k in referenced_params(stmt)} or None,
             )
             con.execute((tier.COMBINE_DIR / f"{table}.sql").read_text("utf-8"))

@@ -1,3 +1,12 @@
+-- The buckets of the host-days whose idle segments this run derives: those the stored
+-- tier does not cover (idle_cover; empty without a tier). With a tier, the analysis
+-- makes this view over those host-days' files alone (analyzer/tierjoint.py), so a
+-- covered host-day's buckets are not read for it at all. (A view takes no parameters:
+-- the day of a bucket from its start, b.)
+CREATE OR REPLACE VIEW idle_gpu_buckets AS
+SELECT g.* FROM gpu_buckets g
+ANTI JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(epoch(g.b) / 86400) AS BIGINT);
+
 -- The host's running requests at the end of each bucket: the last reading
 -- before it, carried forward while fresh ($activity_stale_s; $log_activity_stale_s
 -- for a reading from batch-stats log lines alone, which stop at idle) - a
@@ -8,11 +17,19 @@
 -- idle windows only (a temporary table).
 CREATE OR REPLACE TEMP TABLE activity_grid AS
 WITH grid AS (
-    SELECT DISTINCT g.host, g.bi FROM gpu_buckets g
-    LEFT JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(g.bi * $bucket_s / 86400) AS BIGINT)
-    WHERE c.dn IS NULL
-       OR g.bi * $bucket_s - c.dn * 86400 NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s)
-                                          AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
+    -- every bucket of those host-days, and every host-day's buckets near its ends (a test
+    -- of the bucket number alone: no join of every bucket with idle_cover). A covered
+    -- host-day's file with no segment is not in idle_cover, but its buckets are not in
+    -- idle_gpu_buckets either: only those near its ends are read, which are all that
+    -- the other days' windows and its own (none) use
+    SELECT DISTINCT host, bi FROM (
+        SELECT host, bi FROM idle_gpu_buckets
+        UNION ALL
+        SELECT host, bi FROM gpu_buckets
+        WHERE bi * $bucket_s - floor(bi * $bucket_s / 86400) * 86400
+              NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s)
+                      AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
+    )
 ),
 a AS (
     -- the readings of those buckets (a covered host-day's near its ends only)
@@ -63,9 +80,8 @@ s AS (
     -- is given (a month's idle buckets spill)
     SELECT g.host, g.gpu_index, g.bi, g.used_avg, g.used_min, g.used_max, g.total, k.kv,
            g.bi - row_number() OVER (PARTITION BY g.host, g.gpu_index ORDER BY g.bi) AS grp
-    FROM gpu_buckets g LEFT JOIN activity_grid a USING (host, bi) LEFT JOIN kv k USING (host, bi)
-    LEFT JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(g.bi * $bucket_s / 86400) AS BIGINT)
-    WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0 AND c.dn IS NULL
+    FROM idle_gpu_buckets g LEFT JOIN activity_grid a USING (host, bi) LEFT JOIN kv k USING (host, bi)
+    WHERE coalesce(g.util_max, 0) <= $idle_util_pct AND coalesce(a.running, 0) = 0
 ),
 z AS (
     SELECT *, CASE WHEN bi * $bucket_s - dn * 86400 < greatest($activity_stale_s, $log_activity_stale_s)
