@@ -386,3 +386,5 @@ class TierUse:
     files: dict[str, dict[tuple[dt.date, str], str]] = field(default_factory=dict)
     # the week files among them -> every host-day each holds (tierweek.select)
     weeks: dict[str, frozenset[tuple[dt.date, str]]] = field(default_factory=dict)
+    # rollup tables this analysis made as tier + rest, their rest kept as <table>_rest
+    rested: set[str] = field(default_factory=set)

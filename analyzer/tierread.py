@@ -198,7 +198,7 @@ def rollup_with_tier(
         if tier_table in tier.READS:
             # made from another rollup table: from that one's rest, where this run made one
             source = tier.READS[tier_table]
-            if not _has_table(con, f"{source}_rest"):
+            if source not in use.rested:
                 return False
         if f"FROM {source}\n" not in stmt:
             return False
@@ -210,6 +210,7 @@ def rollup_with_tier(
         if f"CREATE OR REPLACE VIEW {table} AS" in combine:
             # read where used: the stored files stay on disk, and only the rest is held
             con.execute(combine)
+            use.rested.add(table)
             return True
         # rows come in no particular order either way: not keeping it is a third cheaper
         con.execute("SET preserve_insertion_order = false")
@@ -221,9 +222,3 @@ def rollup_with_tier(
         con.execute(f"DROP TABLE {table}_rest")  # combined: its memory is the rules' now
         return True
     return False
-
-
-def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    sql = "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?"
-    row = con.execute(sql, [name]).fetchone()
-    return bool(row and row[0])
