@@ -166,6 +166,34 @@ def test_compaction_on_s3_keeps_every_answer(s3, tmp_path, monkeypatch) -> None:
     assert again.rows == 0 and len(_objects("leaktraces/compact")) == len(objs)
 
 
+def test_objects_compacted_before_they_are_staged_are_read_again(s3, monkeypatch) -> None:
+    """A compact between the analysis listing the bucket and copying its objects (the
+    listed ones deleted): the analysis lists the bucket again and gives the same answer."""
+    from analyzer import bucket as bucket_mod
+    from analyzer import compact as compact_mod
+
+    bucket = "s3://leaktraces/staged"
+    simulate("fast-image-processor-leak", bucket, hosts=1, hours=3, seed=6)
+    packs = load_packs()
+    before = _comparable(analyze(bucket, packs, now=NOW), files=False)
+    n0 = len(_objects("leaktraces/staged"))
+    real, calls = bucket_mod._stage, [0]
+
+    def compact_first(*a, **k):
+        calls[0] += 1
+        if calls[0] == 1:
+            compact_mod.compact(bucket, dt.date(2027, 1, 1))
+        return real(*a, **k)
+
+    monkeypatch.setattr(bucket_mod, "_stage", compact_first)
+    said: list[str] = []
+    doc = analyze(bucket, packs, now=NOW, progress=said.append)
+    assert len(_objects("leaktraces/staged")) < n0  # the compact did replace objects
+    again = [s for s in said if "reading the bucket again" in s]
+    assert len(again) == 1 and again[0].startswith("s3://leaktraces/staged/"), said
+    assert _comparable(doc, files=False) == before
+
+
 def test_dask_over_s3_matches_local(s3, tmp_path) -> None:
     from analyzer.fanout import analyze_fanout, dask_executor
 
