@@ -49,18 +49,35 @@ def _task(
     memory_limit: str | None,
     rule_timeout: float | None = 60.0,
 ) -> dict[str, Any]:
+    """One host group's document, and what its analysis said (less the per-rule steps),
+    for the caller to pass on: a Dask worker's progress has nowhere else to go."""
     from analyzer.runner import analyze
 
+    said = _Said()
     doc = analyze(
         bucket,
         packs,
         scope=scope,
         overrides=overrides,
+        progress=said,
         now=now,
         memory_limit=memory_limit,
         rule_timeout=rule_timeout,
     )
-    return doc.to_dict()
+    return {"doc": doc.to_dict(), "said": said.lines}
+
+
+class _Said:
+    """A progress callable that keeps the lines and drops the steps (analyzer.progress)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+    def step(self, done: int, total: int, unit: str, detail: str = "") -> None:
+        pass
 
 
 def _merge_status(parts: list[RuleStatus]) -> RuleStatus:
@@ -136,7 +153,10 @@ def analyze_fanout(
     hosts_per_task: int = 1,
     progress: Callable[[str], None] | None = None,
     rule_timeout: float | None = 60.0,
+    unit: str = "host group",
 ) -> FindingsDocument:
+    """Each task's document, merged; ``progress`` gets, per task as it ends, what its
+    analysis said (prefixed "``unit`` i/n:") and a line that it is done."""
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
     if not hosts:  # nothing to fan out: an empty run says so the same way a local one does
@@ -172,27 +192,38 @@ def analyze_fanout(
     ]
     docs = []
     for i, f in enumerate(futures, 1):
-        docs.append(FindingsDocument.from_dict(f.result()))
+        out = f.result()
+        docs.append(FindingsDocument.from_dict(out["doc"]))
         if progress:
-            progress(f"host group {i}/{len(groups)} done ({len(groups[i - 1])} hosts)")
+            for line in out["said"]:
+                progress(f"{unit} {i}/{len(groups)}: {line}")
+            progress(f"{unit} {i}/{len(groups)} done ({len(groups[i - 1])} hosts)")
     return merge(docs, str(bucket), scope)
 
 
-class InlineExecutor(Executor):
-    """Runs each task when it is submitted, in this process: batches one at a time.
-    An error (or Ctrl-C) stops at once instead of waiting for the other batches."""
+class _Later(Future):  # type: ignore[type-arg]
+    """A future whose work runs when its result is first asked for."""
 
-    def __init__(self, on_done: Callable[[int], None] | None = None) -> None:
-        self.on_done = on_done
-        self.done = 0
+    def __init__(self, work: Callable[[], Any]) -> None:
+        super().__init__()
+        self._work = work
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.done():
+            try:
+                self.set_result(self._work())
+            except BaseException as e:  # Ctrl-C too: raised again just below
+                self.set_exception(e)
+        return super().result(timeout)
+
+
+class InlineExecutor(Executor):
+    """Runs each task in this process when its result is asked for: batches one at a
+    time, each reported as it ends. An error (or Ctrl-C) stops at once: the later
+    batches never run."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        fut: Future[Any] = Future()
-        fut.set_result(fn(*args, **kwargs))
-        self.done += 1
-        if self.on_done:
-            self.on_done(self.done)
-        return fut
+        return _Later(lambda: fn(*args, **kwargs))
 
 
 def analyze_local(
@@ -235,20 +266,18 @@ def analyze_local(
 
             progress(budget_note(memory_limit))
 
-    def done(i: int) -> None:
-        if progress:
-            progress(f"batch {i}/{batches} done")
-
     return analyze_fanout(
         bucket,
         packs,
-        InlineExecutor(done),
+        InlineExecutor(),
         scope=scope,
         overrides=overrides,
         now=now,
         memory_limit=memory_limit,
         hosts_per_task=batch_hosts,
+        progress=progress,
         rule_timeout=rule_timeout,
+        unit="batch",
     )
 
 

@@ -42,9 +42,18 @@ def test_local_batches_are_identical_and_say_so(sim_bucket) -> None:
     batched = analyze_local(sim_bucket[0], packs, now=NOW, batch_hosts=4, progress=said.append)
     assert _comparable(batched) == _comparable(one)
     n = -(-len(one.hosts) // 4)
-    assert said[0].endswith(f"in {n} batches of 4") and said[1:] == [
-        f"batch {i}/{n} done" for i in range(1, n + 1)
+    assert said[0].endswith(f"in {n} batches of 4")
+    # each batch, as it ends: what its analysis said (not its rule-by-rule steps), then done
+    done = [i for i, line in enumerate(said) if line.startswith("batch ") and " done (" in line]
+    assert [said[i] for i in done] == [
+        f"batch {b}/{n} done ({min(4, len(one.hosts) - 4 * (b - 1))} hosts)"
+        for b in range(1, n + 1)
     ]
+    for b, (lo, hi) in enumerate(zip([0, *done], done, strict=False), 1):
+        own = said[lo + 1 : hi]
+        assert own and all(line.startswith(f"batch {b}/{n}: ") for line in own), own
+        assert any("rollups built in" in line for line in own)
+        assert not any(": rules " in line for line in own)
 
 
 def test_a_failing_batch_stops_the_run(sim_bucket, monkeypatch) -> None:
