@@ -18,6 +18,7 @@ from typing import Any
 from analyzer.bucket import Scope
 from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
+from analyzer.progress import plural
 from analyzer.series import date_stale_forecasts, stale_hosts
 
 _STATUS_RANK = {"skipped": 0, "clean": 1, "fired": 2, "errored": 3}
@@ -197,7 +198,7 @@ def analyze_fanout(
         if progress:
             for line in out["said"]:
                 progress(f"{unit} {i}/{len(groups)}: {line}")
-            progress(f"{unit} {i}/{len(groups)} done ({len(groups[i - 1])} hosts)")
+            progress(f"{unit} {i}/{len(groups)} done ({plural(len(groups[i - 1]), 'host')})")
     return merge(docs, str(bucket), scope)
 
 

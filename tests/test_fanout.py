@@ -13,6 +13,7 @@ import pytest
 from analyzer.bucket import Scope
 from analyzer.fanout import analyze_fanout, analyze_local, list_hosts
 from analyzer.packs import load_packs
+from analyzer.progress import plural
 from analyzer.runner import analyze
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
@@ -46,7 +47,7 @@ def test_local_batches_are_identical_and_say_so(sim_bucket) -> None:
     # each batch, as it ends: what its analysis said (not its rule-by-rule steps), then done
     done = [i for i, line in enumerate(said) if line.startswith("batch ") and " done (" in line]
     assert [said[i] for i in done] == [
-        f"batch {b}/{n} done ({min(4, len(one.hosts) - 4 * (b - 1))} hosts)"
+        f"batch {b}/{n} done ({plural(min(4, len(one.hosts) - 4 * (b - 1)), 'host')})"
         for b in range(1, n + 1)
     ]
     for b, (lo, hi) in enumerate(zip([0, *done], done, strict=False), 1):
