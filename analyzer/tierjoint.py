@@ -161,7 +161,7 @@ def idle_buckets(con: duckdb.DuckDBPyConnection, use: tier.TierUse) -> bool:
     not read (the statement's own view then leaves out idle_cover's host-days)."""
     mine = use.files.get("tier_idle_segments", {})
     stored = use.files.get("tier_gpu_buckets")
-    if stored is None or "gpu_buckets" not in use.tables or "idle_segments" not in use.tables:
+    if stored is None or "gpu_buckets" not in use.rested or "idle_segments" not in use.tables:
         return False
     keep = {k: p for k, p in stored.items() if k not in mine}
     src = (f"{tierweek.select(keep, use.weeks)}\nUNION ALL BY NAME\n" if keep else "") + (
