@@ -11,19 +11,18 @@
 -- groups and sorts on integers.
 WITH fine AS (
     SELECT i.host, i.gpu_index, row_number() OVER (ORDER BY i.host, i.gpu_index) AS gid,
-           p.first_bi, p.last_bi, s.bucket_s, s.chart_block AS k,
+           p.first_bi, p.last_bi, s.chart_block AS k,
            CAST(greatest(1, ceil((epoch(i.last_ts) - epoch(i.first_ts))
                                  / s.bucket_s / (2 * $max_points))) AS BIGINT) AS fine_step
     FROM gpu_info i JOIN gpu_span p USING (host, gpu_index), rollup_settings s
 ), steps AS (
-    SELECT *, fine_step * CAST(ceil(((last_bi - first_bi) // fine_step + 1) / $max_points) AS BIGINT)
-                  AS fine_chunks_step,
-              first_bi // k * k AS block0
-    FROM fine
+    SELECT *, fine_chunks_step >= k AS in_blocks, first_bi // k * k AS block0
+    FROM (SELECT *, fine_step * CAST(ceil(((last_bi - first_bi) // fine_step + 1) / $max_points) AS BIGINT)
+                        AS fine_chunks_step
+          FROM fine)
 ), span AS (
-    SELECT *, fine_chunks_step >= k AS in_blocks,
-           CASE WHEN fine_chunks_step >= k THEN block0 ELSE first_bi END AS bi0,
-           CASE WHEN fine_chunks_step >= k
+    SELECT *, CASE WHEN in_blocks THEN block0 ELSE first_bi END AS bi0,
+           CASE WHEN in_blocks
                 THEN k * CAST(ceil((last_bi - block0 + 1) / (k * $max_points)) AS BIGINT)
                 ELSE fine_chunks_step END AS step
     FROM steps
@@ -41,7 +40,7 @@ WITH fine AS (
     SELECT gid, list(t ORDER BY t) AS t, list(used_max ORDER BY t) AS used_max,
            list(used_min ORDER BY t) AS used_min
     FROM (SELECT n.*, CAST(epoch(to_timestamp(n.bi * s.bucket_s)) AS DOUBLE) AS t
-          FROM narrow n JOIN span s USING (gid))
+          FROM narrow n, rollup_settings s)
     GROUP BY gid
 )
 SELECT span.host, span.gpu_index, lists.t, lists.used_max, lists.used_min
