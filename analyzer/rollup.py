@@ -46,6 +46,7 @@ ROLLUP_TABLES = (
     "gpu_buckets",
     "gpu_blocks",
     "metric_norm",
+    "request_days",
     "requests",
     "kv_usage",
     "activity",

@@ -66,6 +66,7 @@ JOINT_CHAIN = (
     "activity",
     "idle_gpu_buckets",
     "activity_grid",
+    "idle_requests",
     "idle_segments",
 )
 JOINT_TABLES = {t for t, _s in JOINT.values()}

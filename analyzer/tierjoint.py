@@ -6,7 +6,7 @@ leads to them over that day's raw files alone (:func:`derive`). An analysis read
 the host-days where the file is current for the raw files of every source table (the same
 name-hash as one-source tier files), and lists those host-days, by the rows' host and day
 number, in ``idle_cover`` (:func:`cover`), so that the rollups derive idle segments for the
-other host-days only (:func:`idle_buckets`). Made from one day alone, a day's first
+other host-days only (:func:`idle_view`). Made from one day alone, a day's first
 buckets can be idle where a reading of the day before says otherwise: they are segments
 of their own, checked again in the analysis (see the SQL).
 """
@@ -144,28 +144,42 @@ def cover(
         con.execute(f"CREATE OR REPLACE TABLE {tier_table} AS {tierweek.select(files, use.weeks)}")
         # the host-days as the rows name them (a host's folder is not always its name). One
         # whose file has no rows is not listed: none of its buckets is idle even by its own
-        # day's readings, and the analysis derives none for it (see idle_buckets)
+        # day's readings, and the analysis derives none for it (see idle_view)
         con.execute(f"INSERT INTO idle_cover SELECT DISTINCT host, dn FROM {tier_table}")
         use.tables.add(table)
 
 
-BUCKETS_VIEW = "idle_gpu_buckets"
+# the views of 03_idle_windows.sql over the host-days whose idle segments the analysis
+# derives (those idle_cover does not list): view -> (the rollup table it reads, the tier
+# table that stores that one)
+IDLE_VIEWS = {
+    "idle_gpu_buckets": ("gpu_buckets", "tier_gpu_buckets"),
+    "idle_requests": ("metric_norm", "tier_metric_norm"),
+}
 
 
-def idle_buckets(con: duckdb.DuckDBPyConnection, use: tier.TierUse) -> bool:
-    """The view ``idle_gpu_buckets`` (03_idle_windows.sql: the buckets of the host-days whose
-    idle segments the analysis derives) over the stored buckets of the host-days the tier
-    does not cover and the raw rest: a covered host-day's buckets are not read at all.
-    A covered host-day whose file holds no segment had no idle bucket even by its own
-    day's readings, so none by the analysis's either. False where the stored buckets are
-    not read (the statement's own view then leaves out idle_cover's host-days)."""
+def idle_view(con: duckdb.DuckDBPyConnection, stmt: str, use: tier.TierUse) -> bool:
+    """One of :data:`IDLE_VIEWS`, made over the stored files of the host-days the tier does
+    not cover and the raw rest instead of over the whole table: a covered host-day's files
+    are not read at all. A covered host-day whose file holds no segment had no idle bucket
+    even by its own day's readings, so none by the analysis's either (and the segments
+    look up only their own day's readings). False where ``stmt`` makes no such view or the
+    stored table is not read (the statement's own view then leaves out idle_cover's
+    host-days)."""
+    view = next((v for v in IDLE_VIEWS if f"CREATE OR REPLACE VIEW {v} AS" in stmt), None)
+    if view is None:
+        return False
+    table, tier_table = IDLE_VIEWS[view]
     mine = use.files.get("tier_idle_segments", {})
-    stored = use.files.get("tier_gpu_buckets")
-    if stored is None or "gpu_buckets" not in use.rested or "idle_segments" not in use.tables:
+    stored = use.files.get(tier_table)
+    if stored is None or table not in use.rested or "idle_segments" not in use.tables:
         return False
     keep = {k: p for k, p in stored.items() if k not in mine}
     src = (f"{tierweek.select(keep, use.weeks)}\nUNION ALL BY NAME\n" if keep else "") + (
-        "SELECT * FROM gpu_buckets_rest"
+        f"SELECT * FROM {table}_rest"
     )
-    con.execute(f"CREATE OR REPLACE VIEW {BUCKETS_VIEW} AS {src}")
+    read = f"FROM {table} "
+    if stmt.count(read) != 1:
+        raise RuntimeError(f"the statement making {view} must read {table} once ({read!r})")
+    con.execute(stmt.replace(read, f"FROM ({src}) ", 1))
     return True

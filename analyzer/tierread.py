@@ -175,8 +175,8 @@ def rollup_with_tier(
 ) -> bool:
     """Run a first-stage rollup statement as tier + rest when the tier covers it;
     False when the statement is not one the tier stores (run it as it is)."""
-    if f"CREATE OR REPLACE VIEW {tierjoint.BUCKETS_VIEW} AS" in stmt:
-        return tierjoint.idle_buckets(con, use)
+    if tierjoint.idle_view(con, stmt, use):
+        return True
     for table in use.tables:
         if f"CREATE OR REPLACE TABLE {table} AS" not in stmt:
             continue

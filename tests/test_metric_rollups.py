@@ -244,72 +244,88 @@ def test_server_info_from_day_parts_is_the_latest_of_each_field() -> None:
     assert log[3] == "0.7" and log[6] == 0.6 and log[8] is False
 
 
-def test_idle_windows_requests_served_are_the_last_reading_at_or_before_the_start() -> None:
-    """idle_windows.cum_requests, found per hour, is what one ASOF join over every
-    reading gives: readings in the start's hour before, at and after it, hours with
-    none, starts before the first reading, a NULL value as the last reading."""
+def _idle_bucket(out: Path) -> None:
+    """Three hosts, two and a half days: a GPU busy at random minutes (idle windows start
+    all over the day) and request counters read in bursts with gaps of up to five hours,
+    restarting now and then (one host has none)."""
     import random
 
-    import duckdb
-
     rnd = random.Random(11)
-    t0 = int(D1.timestamp())
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("CREATE TABLE requests (host VARCHAR, ts TIMESTAMPTZ, cum_requests DOUBLE)")
-    con.execute(
-        "CREATE TABLE idle_runs (host VARCHAR, gpu_index INTEGER, start TIMESTAMPTZ, "
-        '"end" TIMESTAMPTZ, buckets BIGINT, baseline DOUBLE, low DOUBLE, high DOUBLE, '
-        "total DOUBLE, kv_idle DOUBLE)"
-    )
-    con.execute(
-        "CREATE TABLE gpu_lifetimes (host VARCHAR, gpu_index INTEGER, lifetime BIGINT, "
-        "pid BIGINT, lifetime_source VARCHAR, first_ts TIMESTAMPTZ, last_ts TIMESTAMPTZ, "
-        "max_used DOUBLE)"
-    )
-    readings, runs = [], []
+    end = D1 + 2 * DAY + dt.timedelta(hours=12)
     for host in ("a", "b", "c"):
-        # bursts of readings a few seconds to minutes apart, with gaps of up to 5 hours
-        t, cum = t0 + rnd.randrange(7200), 0.0
-        while t < t0 + 2 * 86400:
-            cum += rnd.randrange(5)
-            step = rnd.choice([rnd.randrange(1, 240), rnd.randrange(3600, 5 * 3600)])
-            # now and then a NULL value, also as the last reading before a gap
-            readings.append((host, t, None if rnd.random() < 0.03 + 0.2 * (step >= 3600) else cum))
-            t += step
-        starts = [t0 + 60 * rnd.randrange(2 * 1440) for _ in range(150)]
-        starts += [r[1] for r in readings if r[0] == host][:: len(readings) // 20 or 1]
-        for s in starts:  # two GPUs often share a start
-            for g in range(1 + (s % 2)):
-                runs.append((host, g, s, s + 600, 10, 1.0, 1.0, 1.0, 80.0, None))
-    con.executemany("INSERT INTO requests VALUES (?, to_timestamp(?), ?)", readings)
-    con.executemany(
-        "INSERT INTO idle_runs VALUES (?, ?, to_timestamp(?), to_timestamp(?), ?, ?, ?, ?, ?, ?)",
-        runs,
-    )
-    (stmt,) = [
-        s
-        for s in rollup._statements((rollup.ROLLUP_DIR / "03_idle_windows.sql").read_text())
-        if "TABLE idle_windows AS" in s
-    ]
-    con.execute(stmt, {"loaded_fraction": rollup.DEFAULTS["loaded_fraction"]})
-    got = con.execute(
-        "SELECT host, gpu_index, start, cum_requests FROM idle_windows ORDER BY ALL"
-    ).fetchall()
-    want = con.execute(
-        "SELECT w.host, w.gpu_index, w.start, r.cum_requests FROM idle_runs w "
-        "ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start ORDER BY ALL"
-    ).fetchall()
-    assert len(got) == len(runs) and got == want
-    # the cases are all there: the reading in the start's hour; only later ones in it
-    # (the answer is an earlier hour's); none before the start at all; a NULL value
-    same, later, before_any, null = con.execute(
-        "SELECT count(*) FILTER (WHERE hour(r.ts) = hour(w.start) AND r.ts::DATE = w.start::DATE), "
-        "count(*) FILTER (WHERE r.ts < date_trunc('hour', w.start) AND EXISTS (SELECT 1 FROM "
-        "requests q WHERE q.host = w.host AND q.ts > w.start "
-        "AND date_trunc('hour', q.ts) = date_trunc('hour', w.start))), "
-        "count(*) FILTER (WHERE r.ts IS NULL), "
-        "count(*) FILTER (WHERE r.cum_requests IS NULL AND r.ts < date_trunc('hour', w.start)) "
-        "FROM idle_runs w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start"
-    ).fetchone() or (0, 0, 0, 0)
-    assert min(same, later, before_any, null) >= 2, (same, later, before_any, null)
+        w = BucketWriter(out, host)
+        busy = {rnd.randrange(3600) for _ in range(700)}  # minutes of the span
+        w.write(
+            "gpu_samples",
+            [
+                {
+                    "ts": D1 + dt.timedelta(seconds=15 * i),
+                    "host": host,
+                    "gpu_index": 0,
+                    "memory_total_bytes": 80 << 30,
+                    "memory_used_bytes": (20 << 30) + (i % 5) * (1 << 20),
+                    "utilization_gpu_pct": 90.0 if (i // 4) in busy else 0.0,
+                }
+                for i in range(int((end - D1).total_seconds() // 15))
+            ],
+        )
+        if host == "c":
+            continue
+        rows, t, v = [], int(D1.timestamp()) + rnd.randrange(7200), 50.0
+        while t < end.timestamp():
+            v = float(rnd.randrange(5)) if rnd.random() < 0.02 else v + rnd.randrange(5)
+            rows.append(
+                {
+                    "ts": dt.datetime.fromtimestamp(t, dt.UTC),
+                    "host": host,
+                    "name": "sglang:num_requests_total",
+                    "labels": {},
+                    "value": v,
+                }
+            )
+            t += rnd.choice([rnd.randrange(1, 240), rnd.randrange(3600, 5 * 3600)])
+        w.write("metric_samples", rows)
+
+
+@pytest.mark.parametrize("before", [None, D1 + DAY, D1 + 3 * DAY])
+def test_idle_windows_requests_served_are_the_last_reading_at_or_before_the_start(
+    tmp_path: Path, before
+) -> None:
+    """idle_windows.cum_requests, found from the idle segments' day_requests and
+    request_days (no lookup over every reading), is what one ASOF join over every reading
+    of `requests` gives: a reading in the start's hour, only later ones in it, none yet
+    that day, none before the start at all, a host with none; with no tier, a partial
+    one and a full one."""
+    _idle_bucket(tmp_path)
+    if before is not None:
+        tier.build(tmp_path, before=before.date())
+    opened = open_checked(tmp_path, now=NOW)
+    try:
+        con = opened.con
+        logevents.build(con)
+        rollup.build(con, rollup.with_width({}, opened.span_s).get("rollup"), opened.tier)
+        assert ("idle_segments" in (opened.tier.tables if opened.tier else set())) == (
+            before is not None
+        )
+        got = con.execute(
+            "SELECT host, gpu_index, start, cum_requests FROM idle_windows ORDER BY ALL"
+        ).fetchall()
+        want = con.execute(
+            "SELECT w.host, w.gpu_index, w.start, r.cum_requests FROM idle_windows w "
+            "ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start ORDER BY ALL"
+        ).fetchall()
+        assert len(got) > 300 and got == want
+        # the cases are all there: a reading in the start's hour before it; only later
+        # ones in that hour; none yet that day (an earlier day's last); none at all
+        same, later, day_before, before_any = con.execute(
+            "SELECT count(*) FILTER (WHERE date_trunc('hour', r.ts) = date_trunc('hour', w.start)), "
+            "count(*) FILTER (WHERE r.ts < date_trunc('hour', w.start) AND EXISTS (SELECT 1 FROM "
+            "requests q WHERE q.host = w.host AND q.ts > w.start "
+            "AND date_trunc('hour', q.ts) = date_trunc('hour', w.start))), "
+            "count(*) FILTER (WHERE r.ts < date_trunc('day', w.start)), "
+            "count(*) FILTER (WHERE r.ts IS NULL AND w.host <> 'c') "
+            "FROM idle_windows w ASOF LEFT JOIN requests r ON r.host = w.host AND r.ts <= w.start"
+        ).fetchone() or (0, 0, 0, 0)
+        assert min(same, later, day_before, before_any) >= 2, (same, later, day_before, before_any)
+    finally:
+        opened.con.close()

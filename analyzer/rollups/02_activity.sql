@@ -66,33 +66,39 @@ SELECT host, ts, metric, value,
            OVER (PARTITION BY host, CAST(floor(epoch(ts) / 86400) AS BIGINT) ORDER BY ts)
 FROM counted;
 
--- Requests served, cumulative per host over the whole span, across counter resets
--- (restarts): each day's day_increase, plus the days before it, plus each day's first
--- reading against the last of the day before (the whole reading where it fell).
-CREATE OR REPLACE TABLE requests AS
-WITH r AS (
-    SELECT host, ts, value, day_increase, CAST(floor(epoch(ts) / 86400) AS BIGINT) AS dn
-    FROM metric_norm WHERE metric = 'requests_total'
-),
-days AS (
-    SELECT host, dn, arg_min(value, ts) AS first_v, arg_max(value, ts) AS last_v,
+-- Requests served per host and UTC day (dn: days since 1970): before, those of the
+-- host's days before it, across counter resets (restarts): each day's day_increase,
+-- plus each day's first reading against the last of the day before (the whole reading
+-- where it fell); total, the day's own (its last day_increase). One row per host-day:
+-- the cumulative count at any reading is before + its day_increase (`requests`), and
+-- at the end of a day before + total.
+CREATE OR REPLACE TABLE request_days AS
+WITH days AS (
+    SELECT host, CAST(floor(epoch(ts) / 86400) AS BIGINT) AS dn,
+           arg_min(value, ts) AS first_v, arg_max(value, ts) AS last_v,
            arg_max(day_increase, ts) AS total
-    FROM r GROUP BY host, dn
+    FROM metric_norm WHERE metric = 'requests_total' GROUP BY ALL
 ),
 edges AS (
     SELECT host, dn, total, first_v - lag(last_v) OVER w AS d, first_v
     FROM days WINDOW w AS (PARTITION BY host ORDER BY dn)
-),
-offsets AS (
-    SELECT host, dn,
-           coalesce(sum(total) OVER (PARTITION BY host ORDER BY dn
-                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-           + sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN first_v ELSE d END)
-                 OVER (PARTITION BY host ORDER BY dn) AS before
-    FROM edges
 )
-SELECT r.host, r.ts, r.day_increase + o.before AS cum_requests
-FROM r JOIN offsets o USING (host, dn);
+SELECT host, dn,
+       coalesce(sum(total) OVER (PARTITION BY host ORDER BY dn
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+       + sum(CASE WHEN d IS NULL THEN 0 WHEN d < 0 THEN first_v ELSE d END)
+             OVER (PARTITION BY host ORDER BY dn) AS before,
+       total
+FROM edges;
+
+-- Requests served, cumulative per host over the whole span, at each reading. A view:
+-- the analysis itself looks up per host-day (request_days) and per idle segment
+-- (idle_segments.day_requests), not every reading.
+CREATE OR REPLACE VIEW requests AS
+SELECT r.host, r.ts, r.day_increase + d.before AS cum_requests
+FROM metric_norm r
+JOIN request_days d ON d.host = r.host AND d.dn = CAST(floor(epoch(r.ts) / 86400) AS BIGINT)
+WHERE r.metric = 'requests_total';
 
 -- KV-cache usage per host over time (metrics, else batch-stats log lines). metric_norm
 -- has one row per host, time and metric: only the times a log line shares with it are

@@ -56,6 +56,13 @@ SELECT host, bi,
             THEN running END AS running
 FROM f;
 
+-- The requests_total readings of the host-days whose idle segments this run derives (as
+-- idle_gpu_buckets: with a tier, made over those host-days' files alone).
+CREATE OR REPLACE VIEW idle_requests AS
+SELECT m.host, m.ts, m.day_increase FROM metric_norm m
+ANTI JOIN idle_cover c ON c.host = m.host AND c.dn = CAST(floor(epoch(m.ts) / 86400) AS BIGINT)
+WHERE m.metric = 'requests_total';
+
 -- Idle windows: consecutive buckets with the GPU near idle and no running
 -- requests (the last activity reading, when fresh), lasting at least
 -- $min_idle_s. Their median memory is the idle baseline.
@@ -65,6 +72,9 @@ FROM f;
 -- from that day's samples alone: a first bucket is then idle unless the day's own
 -- readings say otherwise, and is checked again below). vals: how many buckets had
 -- each used_avg (a map), so that segments joined across midnight have an exact median.
+-- day_requests: the day_increase of the host's last requests_total reading at or before
+-- the segment's start, that day (NULL: none yet that day), so that a window's requests
+-- served before it need no lookup over every reading (idle_windows).
 CREATE OR REPLACE TABLE idle_segments AS
 WITH kv AS (
     -- the host's peak KV-cache usage per bucket (a window is whole buckets)
@@ -87,13 +97,38 @@ z AS (
     SELECT *, CASE WHEN bi * $bucket_s - dn * 86400 < greatest($activity_stale_s, $log_activity_stale_s)
                    THEN bi ELSE -1 END AS zone_bi
     FROM (SELECT *, CAST(floor(bi * $bucket_s / 86400) AS BIGINT) AS dn FROM s)
+),
+seg AS (
+    SELECT host, gpu_index, dn, min(bi) AS b0, max(bi) AS b1, count(*) AS buckets,
+           median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
+           max(total) AS total, max(kv) AS kv_idle, any_value(zone_bi) >= 0 AS zone,
+           histogram(used_avg) AS vals
+    FROM z
+    GROUP BY host, gpu_index, dn, grp, zone_bi
+),
+starts AS (
+    SELECT DISTINCT host, dn, b0, CAST(floor(b0 * $bucket_s / 3600) AS BIGINT) AS h FROM seg
+),
+rq AS (
+    SELECT host, ts, day_increase, CAST(floor(epoch(ts) / 3600) AS BIGINT) AS h FROM idle_requests
+),
+in_hour AS (
+    -- the last reading within the start's hour (a hash join) ...
+    SELECT s.host, s.b0, arg_max_null(r.day_increase, r.ts) AS v
+    FROM starts s JOIN rq r ON r.host = s.host AND r.h = s.h AND r.ts <= to_timestamp(s.b0 * $bucket_s)
+    GROUP BY ALL
+),
+hours AS (
+    -- ... else the last of an earlier hour of the day (an ASOF join over one row per host-hour)
+    SELECT host, h, arg_max_null(day_increase, ts) AS v FROM rq GROUP BY ALL
+),
+found AS (
+    SELECT s.host, s.b0,
+           CASE WHEN i.host IS NOT NULL THEN i.v WHEN e.h >= s.dn * 24 THEN e.v END AS day_requests
+    FROM starts s ASOF LEFT JOIN hours e ON e.host = s.host AND e.h < s.h
+    LEFT JOIN in_hour i ON i.host = s.host AND i.b0 = s.b0
 )
-SELECT host, gpu_index, dn, min(bi) AS b0, max(bi) AS b1, count(*) AS buckets,
-       median(used_avg) AS baseline, min(used_min) AS low, max(used_max) AS high,
-       max(total) AS total, max(kv) AS kv_idle, any_value(zone_bi) >= 0 AS zone,
-       histogram(used_avg) AS vals
-FROM z
-GROUP BY host, gpu_index, dn, grp, zone_bi;
+SELECT seg.*, f.day_requests FROM seg LEFT JOIN found f USING (host, b0);
 
 -- The windows: segments end to end (across midnight, and a day's first buckets
 -- with the run after them) joined, less the first buckets of a day that a fresh
@@ -115,7 +150,7 @@ o AS (
 w AS (
     SELECT host, gpu_index, run, min(b0) AS b0, max(b1) AS b1, sum(buckets)::BIGINT AS buckets,
            count(*) AS segments, any_value(baseline) AS baseline, min(low) AS low, max(high) AS high,
-           max(total) AS total, max(kv_idle) AS kv_idle
+           max(total) AS total, max(kv_idle) AS kv_idle, arg_min_null(day_requests, b0) AS day_requests
     FROM o
     GROUP BY host, gpu_index, run
     HAVING (max(b1) + 1 - min(b0)) * $bucket_s >= $min_idle_s
@@ -142,37 +177,29 @@ joined AS (
 SELECT w.host, w.gpu_index, to_timestamp(w.b0 * $bucket_s) AS start,
        to_timestamp((w.b1 + 1) * $bucket_s) AS "end", w.buckets,
        CASE WHEN w.segments = 1 THEN w.baseline ELSE j.baseline END AS baseline,
-       w.low, w.high, w.total, w.kv_idle
+       w.low, w.high, w.total, w.kv_idle, w.day_requests
 FROM w LEFT JOIN joined j USING (host, gpu_index, run);
 
 DROP TABLE activity_grid;
 
 CREATE OR REPLACE TABLE idle_windows AS
--- the requests served before each window: the last reading at or before its start.
--- Found within the start's hour (a hash join), else as the last reading of an earlier
--- hour (an ASOF join over one row per host-hour): an ASOF join over every reading
--- sorts them all (a month: 0.18 s, not 0.06 s)
-WITH rq AS MATERIALIZED (
-    SELECT host, ts, cum_requests, CAST(floor(epoch(ts) / 3600) AS BIGINT) AS h FROM requests
-),
-starts AS (
-    SELECT DISTINCT host, start, CAST(floor(epoch(start) / 3600) AS BIGINT) AS h FROM idle_runs
-),
-in_hour AS (
-    SELECT s.host, s.start, arg_max_null(r.cum_requests, r.ts) AS cum_requests
-    FROM starts s JOIN rq r ON r.host = s.host AND r.h = s.h AND r.ts <= s.start
-    GROUP BY ALL
-),
-hours AS (
-    SELECT host, h, arg_max_null(cum_requests, ts) AS cum_requests FROM rq GROUP BY ALL
+-- the requests served before each window (cum_requests): those of the days before its
+-- start's day and of that day up to its last reading at or before the start (the
+-- segments' day_requests); where that day had none yet, all those of the host's last
+-- earlier day with readings (an ASOF join over one row per host-day)
+WITH starts AS (
+    SELECT DISTINCT host, start, CAST(floor(epoch(start) / 86400) AS BIGINT) AS dn, day_requests
+    FROM idle_runs
 ),
 served AS (
-    SELECT s.host, s.start, CASE WHEN i.host IS NULL THEN e.cum_requests ELSE i.cum_requests END AS cum_requests
-    FROM starts s ASOF LEFT JOIN hours e ON e.host = s.host AND e.h < s.h
-    LEFT JOIN in_hour i ON i.host = s.host AND i.start = s.start
+    SELECT s.host, s.start,
+           CASE WHEN s.day_requests IS NOT NULL THEN d.before + s.day_requests
+                ELSE p.before + p.total END AS cum_requests
+    FROM starts s ASOF LEFT JOIN request_days p ON p.host = s.host AND p.dn < s.dn
+    LEFT JOIN request_days d ON d.host = s.host AND d.dn = s.dn
 ),
 wr AS (
-    SELECT w.*, r.cum_requests FROM idle_runs w JOIN served r USING (host, start)
+    SELECT w.* EXCLUDE (day_requests), r.cum_requests FROM idle_runs w JOIN served r USING (host, start)
 )
 SELECT w.* EXCLUDE (kv_idle, cum_requests),
        coalesce(l.lifetime, 0) AS segment, l.pid, coalesce(l.lifetime_source, 'none') AS lifetime_source,
