@@ -32,10 +32,12 @@ min_late_fraction = 0.1   # last-quarter growth at least this share of the total
 max_rate_rise = 1.1       # late request rate at most this multiple of the early rate
 min_samples = 8
 ---*/
-WITH bins AS (
+WITH bins AS NOT MATERIALIZED (
     -- a series is one process: a PID that came back (process_start) is another one
-    -- (started: its start in microseconds, 0 where unknown and for the metrics series)
-    SELECT *, coalesce(epoch_us(process_start), 0) AS started FROM proc_bins
+    -- (started: its start in microseconds, 0 where unknown and for the metrics series).
+    -- The columns used, read where used: a copy of every column of a month's 1.7 M bins
+    -- cost more than this whole rule does now
+    SELECT host, pid, pb, first_ts, rss_avg, coalesce(epoch_us(process_start), 0) AS started FROM proc_bins
 ),
 moved AS (
     -- the series whose RSS spans the growth looked for at all (less a byte for rounding):
@@ -73,6 +75,13 @@ life AS (
            median(rss) FILTER (WHERE quarter = 4) AS q4
     FROM q GROUP BY ALL
 ),
+grown AS (
+    -- the series that grew, and still grow late: only they need the request rate
+    SELECT * FROM life
+    WHERE n >= $min_samples
+      AND q4 - q1 >= $min_growth_mib * 1048576.0
+      AND q4 - q3 >= $min_late_fraction * (q4 - q1)
+),
 rate AS (
     SELECT l.host, l.pid, l.started, l.source,
            (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
@@ -81,16 +90,13 @@ rate AS (
            (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
               FROM requests r WHERE r.host = l.host AND r.ts >= l.start + (l."end" - l.start) / 2
                AND r.ts <= l."end") AS late
-    FROM life l
+    FROM grown l
 ),
 hits AS (
     SELECT l.*, r.early, r.late, (l.q4 - l.q1) AS growth, (l.q4 - l.q3) AS late_growth,
            row_number() OVER (PARTITION BY l.host ORDER BY l.source = 'procfs' DESC, l.q4 - l.q1 DESC, l.pid, l.started) AS pick
-    FROM life l JOIN rate r USING (host, pid, started, source)
-    WHERE l.n >= $min_samples
-      AND l.q4 - l.q1 >= $min_growth_mib * 1048576.0
-      AND l.q4 - l.q3 >= $min_late_fraction * (l.q4 - l.q1)
-      AND (r.early IS NULL OR r.late IS NULL OR r.late <= $max_rate_rise * r.early)
+    FROM grown l JOIN rate r USING (host, pid, started, source)
+    WHERE r.early IS NULL OR r.late IS NULL OR r.late <= $max_rate_rise * r.early
 )
 SELECT host, NULL AS gpu, nullif(pid, 0) AS pid, start, "end",
        round(q1 / 1048576, 0) AS first_rss_mib, round(q4 / 1048576, 0) AS last_rss_mib,
