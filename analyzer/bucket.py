@@ -188,6 +188,7 @@ def open_checked(
     con.execute("SET TimeZone = 'UTC'")
     # every rollup binds the views again: footers read once, not per statement
     con.execute("SET parquet_metadata_cache = true")
+    con.execute(f"SET checkpoint_threshold = '{memory.NO_CHECKPOINT}'")
     out = Opened(con, {}, duckdb_memory=duck)
     if s3 is not None:
         stage_dir = stage_dir or _temp_stage()
