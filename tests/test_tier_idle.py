@@ -19,6 +19,7 @@ D2, D3 = D1 + dt.timedelta(days=1), D1 + dt.timedelta(days=2)
 END = D3 + dt.timedelta(hours=12)
 NOW = D3 + dt.timedelta(days=1)
 MIB = 1 << 20
+MINUTE = dt.timedelta(minutes=1)
 
 
 def _busy(t: dt.datetime) -> bool:
@@ -236,3 +237,48 @@ def test_late_log_lines_make_their_day_derived_again(
         assert "_tier_key IN ('2026-11-24/h')" in sql
     else:
         assert "tier_gpu_buckets/date=2026-11-24/" in sql and "date=2026-11-23" not in sql
+
+
+def test_a_reading_where_the_gpu_samples_have_a_gap_still_counts(tmp_path: Path) -> None:
+    """The GPU is not sampled for the last two minutes of the first day, but the server
+    says 3 requests run 30 s before midnight: the second day's first bucket is busy (the
+    reading is 90 s old at its end), its second idle, with no tier and with both days
+    stored."""
+    w = BucketWriter(tmp_path, "h")
+    gap = (D2 - 2 * MINUTE, D2)
+    w.write(
+        "gpu_samples",
+        [
+            {
+                "ts": t,
+                "host": "h",
+                "gpu_index": 0,
+                "memory_total_bytes": 80_000 * MIB,
+                "memory_used_bytes": 1000 * MIB,
+                "utilization_gpu_pct": 0.0,
+            }
+            for i in range(int((END - D1).total_seconds() // 10))
+            if not (gap[0] <= (t := D1 + dt.timedelta(seconds=10 * i)) < gap[1])
+        ],
+    )
+    w.write(
+        "metric_samples",
+        [
+            {
+                "ts": t,
+                "host": "h",
+                "name": "sglang:num_running_reqs",
+                "labels": {},
+                "value": 3.0 if t == D2 - dt.timedelta(seconds=30) else 0.0,
+            }
+            for i in range(int((END - D1).total_seconds() // 60))
+            # none in the second day's first three minutes
+            if not (D2 <= (t := D1 + dt.timedelta(seconds=60 * i + 30)) < D2 + 3 * MINUTE)
+        ],
+    )
+    raw, covered = _windows(tmp_path)
+    assert covered == 0
+    starts = {r[2] for r in raw}
+    assert D2 not in starts and D2 + MINUTE in starts
+    tier.build(tmp_path, before=D3.date())
+    assert _windows(tmp_path) == (raw, 2)

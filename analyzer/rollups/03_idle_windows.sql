@@ -12,27 +12,15 @@ ANTI JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(epoch(g.b) / 864
 -- for a reading from batch-stats log lines alone, which stop at idle) - a
 -- bucket-grid join, not an ASOF join per GPU bucket. Only for the buckets whose
 -- idle state is derived in this run: those of host-days the stored tier does not
--- cover (idle_cover; empty without a tier), and those near a midnight, where a
--- reading of one day is still fresh in the next day's first buckets. A step of the
--- idle windows only (a temporary table).
+-- cover (idle_cover; empty without a tier); and the readings near every midnight,
+-- where a reading of one day is still fresh in the next day's first buckets (which
+-- idle_runs checks, stored or not: last_running, last_ts, last_from_log are the last
+-- reading at or before the bucket, fresh or not). A step of the idle windows only (a
+-- temporary table).
 CREATE OR REPLACE TEMP TABLE activity_grid AS
-WITH grid AS (
-    -- every bucket of those host-days, and every host-day's buckets near its ends (a test
-    -- of the bucket number alone: no join of every bucket with idle_cover). A covered
-    -- host-day's file with no segment is not in idle_cover, but its buckets are not in
-    -- idle_gpu_buckets either: only those near its ends are read, which are all that
-    -- the other days' windows and its own (none) use
-    SELECT DISTINCT host, bi FROM (
-        SELECT host, bi FROM idle_gpu_buckets
-        UNION ALL
-        SELECT host, bi FROM gpu_buckets
-        WHERE bi * $bucket_s - floor(bi * $bucket_s / 86400) * 86400
-              NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s)
-                      AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
-    )
-),
-a AS (
-    -- the readings of those buckets (a covered host-day's near its ends only)
+WITH a AS (
+    -- the readings of those host-days, and those of a covered host-day near its ends:
+    -- the last of each bucket
     SELECT x.host, CAST(floor(epoch(x.ts) / $bucket_s) AS BIGINT) AS bi,
            arg_max(x.running, x.ts) AS running, max(x.ts) AS ts, arg_max(x.from_log, x.ts) AS from_log
     FROM activity x
@@ -41,6 +29,15 @@ a AS (
        OR epoch(x.ts) - c.dn * 86400 NOT BETWEEN greatest($activity_stale_s, $log_activity_stale_s) + $bucket_s
                                           AND 86400 - greatest($activity_stale_s, $log_activity_stale_s) - $bucket_s - 1
     GROUP BY ALL
+),
+grid AS (
+    -- every bucket of those host-days, and every bucket with a reading: a reading then
+    -- always has a place on the grid to be carried from
+    SELECT DISTINCT host, bi FROM (
+        SELECT host, bi FROM idle_gpu_buckets
+        UNION ALL
+        SELECT host, bi FROM a
+    )
 ),
 f AS (
     SELECT g.host, g.bi,
@@ -53,7 +50,8 @@ f AS (
 SELECT host, bi,
        CASE WHEN (bi + 1) * $bucket_s - epoch(ts)
                  <= CASE WHEN from_log THEN $log_activity_stale_s ELSE $activity_stale_s END
-            THEN running END AS running
+            THEN running END AS running,
+       running AS last_running, ts AS last_ts, from_log AS last_from_log
 FROM f;
 
 -- The requests_total readings of the host-days whose idle segments this run derives (as
@@ -77,11 +75,11 @@ WHERE m.metric = 'requests_total';
 -- served before it need no lookup over every reading (idle_windows).
 CREATE OR REPLACE TABLE idle_segments AS
 WITH kv AS (
-    -- the host's peak KV-cache usage per bucket (a window is whole buckets)
+    -- the host's peak KV-cache usage per bucket (a window is whole buckets), from the
+    -- first of the buckets whose segments this run derives on: those are all it joins
     SELECT k.host, CAST(floor(epoch(k.ts) / $bucket_s) AS BIGINT) AS bi, max(k.kv_usage) AS kv
     FROM kv_usage k
-    LEFT JOIN idle_cover c ON c.host = k.host AND c.dn = CAST(floor(epoch(k.ts) / 86400) AS BIGINT)
-    WHERE c.dn IS NULL
+    WHERE k.ts >= (SELECT to_timestamp(min(bi) * $bucket_s - 1) FROM idle_gpu_buckets)
     GROUP BY ALL
 ),
 s AS (
@@ -136,10 +134,14 @@ SELECT seg.*, f.day_requests FROM seg LEFT JOIN found f USING (host, b0);
 -- with the next statement, its rows became a CTE read twice (a month: 1.7 s, not 1.0 s).
 CREATE OR REPLACE TEMP TABLE idle_runs AS
 WITH seg AS (
-    -- no value counts here: the sorts below need not carry them
+    -- no value counts here: the sorts below need not carry them. A day's first buckets:
+    -- the last reading at or before the bucket's end, if fresh then
     SELECT s.* EXCLUDE (vals) FROM idle_segments s
-    LEFT JOIN activity_grid a ON s.zone AND a.host = s.host AND a.bi = s.b0
-    WHERE NOT s.zone OR coalesce(a.running, 0) = 0
+    ASOF LEFT JOIN activity_grid a ON a.host = s.host AND a.bi <= s.b0
+    WHERE NOT s.zone
+       OR coalesce(CASE WHEN (s.b0 + 1) * $bucket_s - epoch(a.last_ts)
+                             <= CASE WHEN a.last_from_log THEN $log_activity_stale_s ELSE $activity_stale_s END
+                        THEN a.last_running END, 0) = 0
 ),
 o AS (
     SELECT *, sum(CASE WHEN b0 = prev + 1 THEN 0 ELSE 1 END)
