@@ -34,23 +34,24 @@ def _used(t: dt.datetime) -> int:
     return (base + (t.minute % 7) * 3 + (500 if _busy(t) else 0)) * MIB
 
 
+def _sample(t: dt.datetime, used: int, util: float) -> dict[str, Any]:
+    return {
+        "ts": t,
+        "host": "h",
+        "gpu_index": 0,
+        "memory_total_bytes": 80_000 * MIB,
+        "memory_used_bytes": used,
+        "utilization_gpu_pct": util,
+    }
+
+
 def _write(out: Path) -> None:
     w = BucketWriter(out, "h")
     n = int((END - D1).total_seconds() // 10)
     ts = [D1 + dt.timedelta(seconds=10 * i) for i in range(n)]
     w.write(
         "gpu_samples",
-        [
-            {
-                "ts": t,
-                "host": "h",
-                "gpu_index": 0,
-                "memory_total_bytes": 80_000 * MIB,
-                "memory_used_bytes": _used(t),
-                "utilization_gpu_pct": 90.0 if _busy(t) else 0.0,
-            }
-            for t in ts
-        ],
+        [_sample(t, _used(t), 90.0 if _busy(t) else 0.0) for t in ts],
     )
     # running requests once a minute, none; but the last reading of the first day says
     # 3, 30 s before midnight, and the second day's readings start at 00:03 - so the
@@ -249,14 +250,7 @@ def test_a_reading_where_the_gpu_samples_have_a_gap_still_counts(tmp_path: Path)
     w.write(
         "gpu_samples",
         [
-            {
-                "ts": t,
-                "host": "h",
-                "gpu_index": 0,
-                "memory_total_bytes": 80_000 * MIB,
-                "memory_used_bytes": 1000 * MIB,
-                "utilization_gpu_pct": 0.0,
-            }
+            _sample(t, 1000 * MIB, 0.0)
             for i in range(int((END - D1).total_seconds() // 10))
             if not (gap[0] <= (t := D1 + dt.timedelta(seconds=10 * i)) < gap[1])
         ],
