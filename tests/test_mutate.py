@@ -145,7 +145,7 @@ def _mutant_cases_fail(rule_id: str, old: str, new: str) -> list[str]:
 
 
 def test_hr001_request_rate_guard_removed_is_caught() -> None:
-    guard = "AND (r.early IS NULL OR r.late IS NULL OR r.late <= $max_rate_rise * r.early)"
+    guard = "WHERE r.early IS NULL OR r.late IS NULL OR r.late <= $max_rate_rise * r.early"
     assert _mutant_cases_fail("HR001", guard, "")
 
 
