@@ -14,9 +14,9 @@ ANTI JOIN idle_cover c ON c.host = g.host AND c.dn = CAST(floor(epoch(g.b) / 864
 -- idle state is derived in this run: those of host-days the stored tier does not
 -- cover (idle_cover; empty without a tier); and the readings near every midnight,
 -- where a reading of one day is still fresh in the next day's first buckets (which
--- idle_runs checks, stored or not: last_running, last_ts, last_from_log are the last
--- reading at or before the bucket, fresh or not). A step of the idle windows only (a
--- temporary table).
+-- idle_runs checks, stored or not: last_running and last_ts are the last reading at or
+-- before the bucket, fresh or not, and stale_s how long that reading stays fresh). A step
+-- of the idle windows only (a temporary table).
 CREATE OR REPLACE TEMP TABLE activity_grid AS
 WITH a AS (
     -- the readings of those host-days, and those of a covered host-day near its ends:
@@ -46,13 +46,16 @@ f AS (
            last_value(a.from_log IGNORE NULLS) OVER w AS from_log
     FROM grid g LEFT JOIN a USING (host, bi)
     WINDOW w AS (PARTITION BY g.host ORDER BY g.bi ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+l AS (
+    SELECT host, bi, running AS last_running, ts AS last_ts,
+           CASE WHEN from_log THEN $log_activity_stale_s ELSE $activity_stale_s END AS stale_s
+    FROM f
 )
 SELECT host, bi,
-       CASE WHEN (bi + 1) * $bucket_s - epoch(ts)
-                 <= CASE WHEN from_log THEN $log_activity_stale_s ELSE $activity_stale_s END
-            THEN running END AS running,
-       running AS last_running, ts AS last_ts, from_log AS last_from_log
-FROM f;
+       CASE WHEN (bi + 1) * $bucket_s - epoch(last_ts) <= stale_s THEN last_running END AS running,
+       last_running, last_ts, stale_s
+FROM l;
 
 -- The requests_total readings of the host-days whose idle segments this run derives (as
 -- idle_gpu_buckets: with a tier, made over those host-days' files alone).
@@ -139,8 +142,7 @@ WITH seg AS (
     SELECT s.* EXCLUDE (vals) FROM idle_segments s
     ASOF LEFT JOIN activity_grid a ON a.host = s.host AND a.bi <= s.b0
     WHERE NOT s.zone
-       OR coalesce(CASE WHEN (s.b0 + 1) * $bucket_s - epoch(a.last_ts)
-                             <= CASE WHEN a.last_from_log THEN $log_activity_stale_s ELSE $activity_stale_s END
+       OR coalesce(CASE WHEN (s.b0 + 1) * $bucket_s - epoch(a.last_ts) <= a.stale_s
                         THEN a.last_running END, 0) = 0
 ),
 o AS (
