@@ -137,12 +137,15 @@ SELECT seg.*, f.day_requests FROM seg LEFT JOIN found f USING (host, b0);
 -- with the next statement, its rows became a CTE read twice (a month: 1.7 s, not 1.0 s).
 CREATE OR REPLACE TEMP TABLE idle_runs AS
 WITH seg AS (
-    -- no value counts here: the sorts below need not carry them. A day's first buckets:
-    -- the last reading at or before the bucket's end, if fresh then
+    -- no value counts here: the sorts below need not carry them. A day's first buckets
+    -- (zone) only: the last reading at or before the bucket's end, if fresh then (the
+    -- ASOF join sorts only what it is given)
+    SELECT * EXCLUDE (vals) FROM idle_segments WHERE NOT zone
+    UNION ALL
     SELECT s.* EXCLUDE (vals) FROM idle_segments s
     ASOF LEFT JOIN activity_grid a ON a.host = s.host AND a.bi <= s.b0
-    WHERE NOT s.zone
-       OR coalesce(CASE WHEN (s.b0 + 1) * $bucket_s - epoch(a.last_ts) <= a.stale_s
+    WHERE s.zone
+      AND coalesce(CASE WHEN (s.b0 + 1) * $bucket_s - epoch(a.last_ts) <= a.stale_s
                         THEN a.last_running END, 0) = 0
 ),
 o AS (
@@ -152,7 +155,10 @@ o AS (
     FROM (SELECT *, lag(b1) OVER (PARTITION BY host, gpu_index ORDER BY b0) AS prev FROM seg)
 ),
 w AS (
-    SELECT host, gpu_index, run, min(b0) AS b0, max(b1) AS b1, sum(buckets)::BIGINT AS buckets,
+    -- wid: the window's number, what the median below partitions and sorts by (an
+    -- integer key: a third cheaper than host, GPU and run)
+    SELECT host, gpu_index, run, row_number() OVER () AS wid,
+           min(b0) AS b0, max(b1) AS b1, sum(buckets)::BIGINT AS buckets,
            count(*) AS segments, any_value(baseline) AS baseline, min(low) AS low, max(high) AS high,
            max(total) AS total, max(kv_idle) AS kv_idle, arg_min_null(day_requests, b0) AS day_requests
     FROM o
@@ -161,17 +167,17 @@ w AS (
 ),
 joined AS (
     -- the median of a window of several segments, from their value counts
-    SELECT host, gpu_index, run,
+    SELECT wid,
            (min(v) FILTER (WHERE cum > (tot - 1) // 2) + min(v) FILTER (WHERE cum > tot // 2)) / 2 AS baseline
     FROM (
-        SELECT *, sum(n) OVER (PARTITION BY host, gpu_index, run ORDER BY v
+        SELECT *, sum(n) OVER (PARTITION BY wid ORDER BY v
                                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
-                  sum(n) OVER (PARTITION BY host, gpu_index, run) AS tot
+                  sum(n) OVER (PARTITION BY wid) AS tot
         FROM (
-            SELECT host, gpu_index, run, x.key AS v, sum(x.value) AS n
-            FROM (SELECT o.host, o.gpu_index, o.run, unnest(map_entries(s.vals)) AS x
-                  FROM o SEMI JOIN w ON w.host = o.host AND w.gpu_index = o.gpu_index AND w.run = o.run
-                                      AND w.segments > 1
+            SELECT wid, x.key AS v, sum(x.value) AS n
+            FROM (SELECT w.wid, unnest(map_entries(s.vals)) AS x
+                  FROM o JOIN w ON w.host = o.host AND w.gpu_index = o.gpu_index AND w.run = o.run
+                                 AND w.segments > 1
                   JOIN idle_segments s ON s.host = o.host AND s.gpu_index = o.gpu_index AND s.b0 = o.b0)
             GROUP BY ALL
         )
@@ -182,7 +188,7 @@ SELECT w.host, w.gpu_index, to_timestamp(w.b0 * $bucket_s) AS start,
        to_timestamp((w.b1 + 1) * $bucket_s) AS "end", w.buckets,
        CASE WHEN w.segments = 1 THEN w.baseline ELSE j.baseline END AS baseline,
        w.low, w.high, w.total, w.kv_idle, w.day_requests
-FROM w LEFT JOIN joined j USING (host, gpu_index, run);
+FROM w LEFT JOIN joined j USING (wid);
 
 DROP TABLE activity_grid;
 
