@@ -138,6 +138,7 @@ class Opened:
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
+    notes: list[str] = field(default_factory=list)  # said at the start of the analysis
 
 
 def check_bucket(bucket: str | os.PathLike[str]) -> Any:

@@ -275,6 +275,8 @@ def _analyze(
         )
     for line in opened.skipped:
         say(f"left out: {line}")
+    for line in opened.notes:
+        say(line)
     try:
         t0 = time.perf_counter()
         n_events = logevents.build(con)

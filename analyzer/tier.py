@@ -173,11 +173,14 @@ def _tier_meta(entry: layout.Entry, fs: Any) -> tierindex.TierMeta:
 
 class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
     """(day, host folder) -> tier table -> (the file it is read from, its sources hash);
-    ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`)."""
+    ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`);
+    ``stale``: host-days with a tier file made by other rollup SQL or settings and no
+    current one of that table (never read: `leakreport rollup` makes them again)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
+        self.stale: set[tuple[dt.date, str]] = set()
 
 
 def current_tier(
@@ -203,9 +206,13 @@ def current_tier(
         with ThreadPoolExecutor(8) as pool:
             metas = list(pool.map(lambda e: _tier_meta(e, fs), entries))
     weeks: list[tuple[layout.Entry, str]] = []
+    stale: dict[tuple[dt.date, str], set[str]] = {}
     for e, (sql, sources) in zip(entries, metas, strict=True):
-        if sql != want[tierweek.tier_of(e.table)]:
-            continue  # stale: made by other SQL; never read
+        if sql != want[tierweek.tier_of(e.table)]:  # stale: made by other SQL; never read
+            held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
+            for key in held:
+                stale.setdefault(key, set()).add(tierweek.tier_of(e.table))
+            continue
         if tierweek.is_week(e):
             weeks.append((e, sources))
         else:
@@ -220,6 +227,13 @@ def current_tier(
             mine = out.setdefault(key, {})
             if table not in mine or tierweek.is_week(mine[table][0]):  # a day file wins
                 mine[table] = (e, src)
+    out.stale = {
+        k
+        for k, tables in stale.items()
+        if date_ok(k[0])
+        and host_ok(layout.decode_host(k[1]))
+        and any(t not in out.get(k, {}) for t in tables)
+    }
     return out
 
 

@@ -51,17 +51,26 @@ def attach(
     view_sql: Callable[[str, list[str]], str],
     stage: Callable[[list[str]], list[str]],
     index: Index | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> TierUse | None:
     """Per source table, views over the current tier (host-days it covers) and over the
     raw files of the others (``<source>_rest``); None when no host-day has a current tier.
     ``usable``: a raw file's rows all pass the reader's time-sanity bounds; ``view_sql``:
     the reader's ``SELECT`` over raw files of a table; ``stage``: copies S3 objects;
-    ``index``: the tier files' hashes stored by ``leakreport rollup``."""
+    ``index``: the tier files' hashes stored by ``leakreport rollup``; ``note``: told
+    of stored host-days that are not read because another version made them."""
     width = _width(None)
     try:
         tier = current_tier(root, fs, date_ok, host_ok, width, index)
     except (OSError, RuntimeError):
         return None
+    if tier.stale and note:
+        days = sorted(tier.stale)
+        note(
+            f"rollup tier: {len(days)} host-days ({days[0][0]} to {days[-1][0]}) were stored "
+            "by other rollup SQL or settings (another leakreport version?): not read, "
+            "derived from raw samples instead; `leakreport rollup` stores them again"
+        )
     if not tier:
         return None
     use = TierUse(width, 0, 0)
@@ -167,6 +176,7 @@ def attach_opened(
         view_sql,
         lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
         index,
+        out.notes.append,
     )
 
 

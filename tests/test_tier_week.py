@@ -138,7 +138,12 @@ def test_a_stale_week_file_is_never_read_and_is_written_again(bucket: Path, tabl
     for f in stale:  # made by "other SQL", and with other numbers
         _rewrite(f, col.get(table, "used_max"), BIG, {tier.HASH_KEY: b"0" * 32})
     assert _figures(bucket) == plain
-    assert _doc(bucket) == none
+    said: list[str] = []
+    assert _doc(bucket, None, said) == none
+    # the host-days the stale week files hold, not the files: said, with the hint
+    assert [s.split(" were ")[0] for s in said if "stored by other rollup SQL" in s] == [
+        "rollup tier: 4 host-days (2026-11-29 to 2026-11-30)"
+    ]
     again = tier.build(bucket, before=BEFORE)
     assert again.built == 4 and again.weeks >= 2 and not any(f.exists() for f in stale)
     assert len(_week_files(bucket, table)) == 2 and _tier_files(bucket) == []
