@@ -250,3 +250,63 @@ def test_a_week_file_that_cannot_be_read_whole_stops_the_rollup_naming_it(bucket
     assert r.returncode == 2, r.stderr
     assert "tier week of 2026-11-30: tier_gpu_buckets not written" in r.stderr
     assert "Traceback" not in r.stderr and f.exists()
+
+
+def test_a_week_file_larger_than_the_memory_limit_is_written_sorted(tmp_path: Path) -> None:
+    """A week file is sorted within the rollup's memory limit, spilling what does not fit:
+    here 2.4 M metric_norm-like rows (60 hosts: six days in a week file, the seventh in day
+    files) under a 64 MB limit, a scaled-down 125-host week under the real 512 MB. Sorted
+    straight from the files, both ran out of memory (DuckDB 2.0)."""
+    import duckdb
+
+    hosts, days, day0 = 60, 6, dt.date(2026, 11, 23)
+    gen = duckdb.connect()
+    gen.execute("SET TimeZone = 'UTC'")
+
+    def rows(key: str, host: str, n_days: int, first_day: int) -> str:
+        return (
+            f"SELECT {key} AS _tier_key, {host} AS host, TIMESTAMPTZ '2026-11-23 00:00:00+00' "
+            "+ to_days(CAST(d AS INTEGER)) + to_seconds(60 * i) AS ts, "
+            "['kv_usage', 'running', 'queued', 'requests_total'][m] AS metric, "
+            "hash(h, d, i, m) / 18446744073709551615.0 AS value, "
+            "CASE WHEN m = 4 THEN i * 1.0 END AS day_increase "
+            f"FROM range(1, {hosts} + 1) a(h), range({first_day}, {first_day + n_days}) b(d), "
+            "range(1440) c(i), range(1, 5) e(m)"
+        )
+
+    name = "'host=h' || lpad(CAST(h AS VARCHAR), 3, '0')"
+    week = tmp_path / "week.parquet"
+    key = f"strftime(DATE '2026-11-23' + CAST(d AS INTEGER), '%Y-%m-%d') || '/' || {name}"
+    gen.execute(f"COPY ({rows(key, name, days, 0)}) TO '{week}' (FORMAT parquet)")
+    files: dict[tierweek.Key, str] = {
+        (day0 + dt.timedelta(days=d), f"host=h{h:03d}"): str(week)
+        for h in range(1, hosts + 1)
+        for d in range(days)
+    }
+    weeks = {str(week): frozenset(files)}
+    last = day0 + dt.timedelta(days=days)
+    for h in range(1, hosts + 1):  # the last day: one file per host, as `rollup` leaves it
+        p = tmp_path / f"day-{h}.parquet"
+        one = rows("NULL", f"'host=h{h:03d}'", 1, days).replace(
+            f"range(1, {hosts} + 1)", f"range({h}, {h} + 1)"
+        )
+        gen.execute(f"COPY (SELECT * EXCLUDE (_tier_key) FROM ({one})) TO '{p}' (FORMAT parquet)")
+        files[(last, f"host=h{h:03d}")] = str(p)
+
+    con = duckdb.connect()
+    for setting in ("memory_limit = '64MB'", "threads = 2", f"temp_directory = '{tmp_path}/spill'"):
+        con.execute(f"SET {setting}")
+    con.execute("SET TimeZone = 'UTC'")
+    out = tmp_path / "out.parquet"
+    tierweek.write(con, files, weeks, "metric", out, {"leakreport.table": "tier_metric_norm_week"})
+
+    assert (
+        pq.ParquetFile(out).schema_arrow.metadata[b"leakreport.table"] == b"tier_metric_norm_week"
+    )
+    cols = "metric, _tier_key, host, ts, value, day_increase"
+    n, unsorted, keys = gen.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE n <> sorted_n), count(DISTINCT _tier_key) FROM ("
+        f"SELECT _tier_key, file_row_number AS n, row_number() OVER (ORDER BY {cols}) - 1 AS sorted_n "
+        f"FROM read_parquet('{out}', file_row_number = true))"
+    ).fetchone()
+    assert (n, unsorted, keys) == (hosts * (days + 1) * 1440 * 4, 0, hosts * (days + 1))
