@@ -155,9 +155,11 @@ def analyze_fanout(
     progress: Callable[[str], None] | None = None,
     rule_timeout: float | None = 60.0,
     unit: str = "host group",
+    groups: list[list[str]] | None = None,
 ) -> FindingsDocument:
     """Each task's document, merged; ``progress`` gets, per task as it ends, what its
-    analysis said (prefixed "``unit`` i/n:") and a line that it is done."""
+    analysis said (prefixed "``unit`` i/n:") and a line that it is done. A task for each
+    ``hosts_per_task`` hosts, or for each of ``groups`` where given."""
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
     if not hosts:  # nothing to fan out: an empty run says so the same way a local one does
@@ -177,7 +179,9 @@ def analyze_fanout(
 
     # one bucket width for every task: the whole scope's span, not each batch's
     overrides = with_width(overrides or {}, scope_span(bucket, scope, now))
-    groups = [hosts[i : i + hosts_per_task] for i in range(0, len(hosts), max(hosts_per_task, 1))]
+    if groups is None:
+        step = max(hosts_per_task, 1)
+        groups = [hosts[i : i + step] for i in range(0, len(hosts), step)]
     futures = [
         executor.submit(
             _task,
@@ -241,13 +245,17 @@ def analyze_local(
     timings: list[dict[str, Any]] | None = None,
 ) -> FindingsDocument:
     """One connection for up to ``batch_hosts`` hosts; more are analysed in batches of
-    that many, one after the other, so memory is bounded by the batch, not the fleet.
+    that many, one after the other, so memory is bounded by the batch, not the fleet (a
+    host whose days are stored in the rollup tier counts less: :mod:`analyzer.batches`).
     ``timings`` (one batch only) gets the seconds of each stage (see runner.analyze)."""
+    from analyzer import batches
     from analyzer.runner import analyze
 
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
-    if len(hosts) <= batch_hosts:
+    weights = batches.host_weights(str(bucket), scope) if len(hosts) > batch_hosts else {}
+    groups = batches.split(hosts, weights, batch_hosts)
+    if len(groups) <= 1:
         return analyze(
             bucket,
             packs,
@@ -259,9 +267,11 @@ def analyze_local(
             rule_timeout=rule_timeout,
             timings=timings,
         )
-    batches = -(-len(hosts) // batch_hosts)
     if progress:
-        progress(f"{len(hosts)} hosts: analysing them in {batches} batches of {batch_hosts}")
+        progress(
+            f"{len(hosts)} hosts: analysing them in {len(groups)} batches of up to "
+            f"{batch_hosts} (a host whose days are stored in the rollup tier counts less)"
+        )
         if memory_limit:
             from analyzer.memory import budget_note
 
@@ -275,10 +285,10 @@ def analyze_local(
         overrides=overrides,
         now=now,
         memory_limit=memory_limit,
-        hosts_per_task=batch_hosts,
         progress=progress,
         rule_timeout=rule_timeout,
         unit="batch",
+        groups=groups,
     )
 
 

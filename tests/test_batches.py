@@ -1,0 +1,80 @@
+"""Host batches of a local analysis weigh what each host brings: a host whose days are
+stored in the rollup tier counts less, so a fleet with a tier runs in fewer batches, with
+the same findings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from analyzer import batches, tier
+from analyzer.bucket import Scope
+from analyzer.fanout import analyze_local
+from analyzer.packs import load_packs
+from simulator.generate import simulate
+
+START = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+NOW = dt.datetime(2026, 11, 26, 6, tzinfo=dt.UTC)  # three finished days and today's six hours
+
+
+@pytest.mark.parametrize(
+    ("weights", "size", "want"),
+    [
+        ({}, 2, [["a", "b"], ["c", "d"], ["e"]]),  # no weights: plain host counts
+        ({"b": 0.25, "c": 0.25}, 2, [["a", "b", "c"], ["d", "e"]]),
+        ({h: 0.125 for h in "abcde"}, 1, [list("abcde")]),
+        ({"a": 3.0}, 2, [["a"], ["b", "c"], ["d", "e"]]),  # heavier than a batch: alone
+        ({}, 1, [["a"], ["b"], ["c"], ["d"], ["e"]]),
+    ],
+)
+def test_split_keeps_order_and_fills_each_batch_up_to_its_weight(weights, size, want) -> None:
+    assert batches.split(list("abcde"), weights, size) == want
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("batches") / "bucket"
+    for scenario in ("fast-image-processor-leak", "cache-warmup"):
+        simulate(scenario, out, hosts=2, hours=78, seed=3, start=START)
+    return out
+
+
+def _run(bucket: Path, batch_hosts: int) -> tuple[list[str], dict]:
+    said: list[str] = []
+    doc = analyze_local(
+        bucket, load_packs(), now=NOW, batch_hosts=batch_hosts, progress=said.append
+    ).to_dict()
+    for r in doc["run"]["rules"]:
+        r.pop("duration_s")
+    return said, doc
+
+
+def test_a_stored_tier_makes_fewer_batches_with_the_same_findings(bucket: Path) -> None:
+    raw_said, raw = _run(bucket, 2)
+    assert raw["findings"], "the scenarios must find something to compare"
+    names = [h["host"] for h in raw["hosts"]]
+    assert len(names) == 4
+    assert batches.host_weights(str(bucket), Scope()) == {h: 1.0 for h in names}
+    assert raw_said[0].endswith(
+        "in 2 batches of up to 2 (a host whose days are stored in the rollup tier counts less)"
+    )
+
+    tier.build(bucket, before=NOW.date())  # the three finished days of each host
+    w = batches.host_weights(str(bucket), Scope())
+    # of each host's four days, three are stored: 1/4 + 3/4 x 1/8
+    assert w == pytest.approx({h: 1 / 4 + 3 / 4 / 8 for h in names})
+    said, doc = _run(bucket, 2)
+    assert not [s for s in said if "batches of" in s]  # 4 x 0.34 hosts: one batch
+    assert "rollup tier: 12 host-days stored, 4 derived from raw samples" in said
+    assert json.dumps(doc["findings"], sort_keys=True) == json.dumps(
+        raw["findings"], sort_keys=True
+    )
+    # a batch still holds at most its weight: one host's worth, two of these hosts
+    said, doc = _run(bucket, 1)
+    assert said[0].startswith("4 hosts: analysing them in 2 batches of up to 1")
+    assert json.dumps(doc["findings"], sort_keys=True) == json.dumps(
+        raw["findings"], sort_keys=True
+    )
