@@ -2,13 +2,15 @@
 
 A batch is one DuckDB connection: memory is bounded by the batch, not the fleet, and each
 batch pays the fixed cost of an analysis (opening the bucket, some 50 statements, the chart
-series). A host whose samples are derived from raw samples weighs 1; a host-day read from
-the stored rollup tier weighs :data:`TIER_WEIGHT` of one read raw, so a host with its
-finished days stored weighs a fraction of a host, and a fleet with a tier needs fewer
-batches. On the 125-host fleet week at ``--memory-limit 1GB`` (``make bench``): each host-day
-read raw added about 2.3 MiB to the peak RSS of a batch and each stored one about 0.21 MiB;
-the full pack over a full tier took 3.7 s in four batches of 32 and 1.6 s in one (0.50 GiB
-peak); over the tier of six days and the seventh raw, 5.5 s against 3.7 s in one (0.75 GiB).
+series). A host weighs 1 for up to a week of samples derived from raw samples, and a week's
+worth more for each further week; a host-day read from the stored rollup tier counts
+:data:`TIER_WEIGHT` of one read raw (:func:`weight`). So a fleet whose finished days are
+stored needs fewer batches, and a long span more. Measured on the 125-host fleet week at
+``--memory-limit 1GB`` (``make bench``): each host-day read raw added about 2.3 MiB to the
+peak RSS of a batch and each stored one about 0.21 MiB; the pack over a full tier took 3.7 s
+in four batches of 32 and 1.6 s in one (0.50 GiB peak); with six days stored and the
+seventh raw, 5.5 s against 3.7 s in one (0.75 GiB). The 125-host month with 29 days stored
+peaked at 0.96 GiB in one batch: by weight it is three.
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ from typing import Any
 from collector import layout
 
 TIER_WEIGHT = 1 / 8  # a stored host-day against one derived from raw samples
+WEEK = 7  # host-days of raw samples that weigh one host
 Weights = dict[str, float]  # host -> its weight in a batch
 
 
+def weight(raw_days: int, stored_days: int) -> float:
+    """A host's weight in a batch: its host-days read raw, plus :data:`TIER_WEIGHT` of
+    those read from the stored tier, over its host-days up to a week (a host of raw samples
+    weighs 1 up to a week, more past it)."""
+    days = raw_days + stored_days
+    return (raw_days + TIER_WEIGHT * stored_days) / min(days, WEEK) if days else 1.0
+
+
 def host_weights(bucket: str, scope: Any) -> Weights:
-    """Each host's weight: the share of its host-days (with device samples, in ``scope``)
-    derived from raw samples, plus :data:`TIER_WEIGHT` of the share read from a current
-    rollup tier; 1 for a host with no tier (and where the tier cannot be read)."""
+    """Each host's :func:`weight`, from its host-days with device samples in ``scope`` and
+    those of them with a current rollup tier (none where the tier cannot be read)."""
     from analyzer import tier, tierindex
     from collector.store import is_s3, root_of, s3_filesystem
 
@@ -34,19 +44,19 @@ def host_weights(bucket: str, scope: Any) -> Weights:
     days: dict[str, set[dt.date]] = {}
     for e in layout.list_entries(root, "gpu_samples", fs, scope.date_ok, scope.host_ok):
         days.setdefault(e.host, set()).add(e.day)
+    stored: dict[str, int] = {}
     try:
         index = tierindex.stored(root, fs)
         current = tier.current_tier(
             root, fs, scope.date_ok, scope.host_ok, tier._width(None), index
         )
     except (OSError, RuntimeError):
-        return {h: 1.0 for h in days}
-    stored: dict[str, int] = {}
+        current = tier.Current()
     for (day, host_dir), tables in current.items():
         host = layout.decode_host(host_dir)
         if "tier_gpu_buckets" in tables and day in days.get(host, ()):
             stored[host] = stored.get(host, 0) + 1
-    return {h: 1.0 - (1.0 - TIER_WEIGHT) * stored.get(h, 0) / len(ds) for h, ds in days.items()}
+    return {h: weight(len(ds) - stored.get(h, 0), stored.get(h, 0)) for h, ds in days.items()}
 
 
 def split(hosts: list[str], weights: Weights, batch_hosts: int) -> list[list[str]]:

@@ -270,7 +270,7 @@ def analyze_local(
     if progress:
         progress(
             f"{len(hosts)} hosts: analysing them in {len(groups)} batches of up to "
-            f"{batch_hosts} (a host whose days are stored in the rollup tier counts less)"
+            f"{batch_hosts} hosts (a host's days stored in the rollup tier count less)"
         )
         if memory_limit:
             from analyzer.memory import budget_note

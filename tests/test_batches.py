@@ -34,6 +34,24 @@ def test_split_keeps_order_and_fills_each_batch_up_to_its_weight(weights, size, 
     assert batches.split(list("abcde"), weights, size) == want
 
 
+@pytest.mark.parametrize(
+    ("raw", "stored", "want"),
+    [
+        (1, 0, 1.0),  # raw samples: a host, whatever the span up to a week
+        (7, 0, 1.0),
+        (14, 0, 2.0),  # two weeks of them: two hosts' worth
+        (1, 6, (1 + 6 / 8) / 7),  # the fleet week with its finished days stored
+        (0, 7, 1 / 8),
+        (1, 29, (1 + 29 / 8) / 7),  # a month: by the week, not by its share of stored days
+        (0, 0, 1.0),
+    ],
+)
+def test_weight_counts_raw_host_days_by_the_week_and_stored_ones_by_an_eighth(
+    raw: int, stored: int, want: float
+) -> None:
+    assert batches.weight(raw, stored) == pytest.approx(want)
+
+
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("batches") / "bucket"
@@ -59,7 +77,7 @@ def test_a_stored_tier_makes_fewer_batches_with_the_same_findings(bucket: Path) 
     assert len(names) == 4
     assert batches.host_weights(str(bucket), Scope()) == {h: 1.0 for h in names}
     assert raw_said[0].endswith(
-        "in 2 batches of up to 2 (a host whose days are stored in the rollup tier counts less)"
+        "in 2 batches of up to 2 hosts (a host's days stored in the rollup tier count less)"
     )
 
     tier.build(bucket, before=NOW.date())  # the three finished days of each host
