@@ -2,15 +2,18 @@
 
 A batch is one DuckDB connection: memory is bounded by the batch, not the fleet, and each
 batch pays the fixed cost of an analysis (opening the bucket, some 50 statements, the chart
-series). A host weighs 1 for up to a week of samples derived from raw samples, and a week's
-worth more for each further week; a host-day read from the stored rollup tier counts
-:data:`TIER_WEIGHT` of one read raw (:func:`weight`). So a fleet whose finished days are
-stored needs fewer batches, and a long span more. Measured on the 125-host fleet week at
-``--memory-limit 1GB`` (``make bench``): each host-day read raw added about 2.3 MiB to the
-peak RSS of a batch and each stored one about 0.21 MiB; the pack over a full tier took 3.7 s
-in four batches of 32 and 1.6 s in one (0.50 GiB peak); with six days stored and the
+series). A host whose days are all derived from raw samples weighs 1, whatever its span
+(DuckDB spills what does not fit); one whose days are stored in the rollup tier weighs
+its share of days read raw, plus 1/56 per stored host-day (:func:`weight`): a stored week
+an eighth of a host. So a fleet whose finished days are stored needs fewer batches.
+
+Measured with ``--memory-limit 1GB`` (``make bench``, 2 cores): on the 125-host fleet week,
+each stored host-day added about 0.21 MiB to a batch's peak RSS. Over a full tier the pack
+took 3.7 s in four batches of 32 and 1.6 s in one (0.50 GiB); with six days stored and the
 seventh raw, 5.5 s against 3.7 s in one (0.75 GiB). The 125-host month with 29 days stored
-peaked at 0.96 GiB in one batch: by weight it is three.
+peaked at 0.96 GiB in one batch; by weight it is three (0.60 GiB). Raw samples gain nothing
+from smaller batches: the 25-host month with no tier took 23 s in one batch and 40 s in
+four of 7 hosts, both at 0.9 GiB.
 """
 
 from __future__ import annotations
@@ -20,17 +23,15 @@ from typing import Any
 
 from collector import layout
 
-TIER_WEIGHT = 1 / 8  # a stored host-day against one derived from raw samples
-WEEK = 7  # host-days of raw samples that weigh one host
+STORED_DAY = 1 / 56  # a stored host-day's weight: a stored week, an eighth of a host
 Weights = dict[str, float]  # host -> its weight in a batch
 
 
 def weight(raw_days: int, stored_days: int) -> float:
-    """A host's weight in a batch: its host-days read raw, plus :data:`TIER_WEIGHT` of
-    those read from the stored tier, over its host-days up to a week (a host of raw samples
-    weighs 1 up to a week, more past it)."""
+    """A host's weight in a batch: the share of its host-days read raw, plus
+    :data:`STORED_DAY` for each stored one (1 for a host of raw samples only, or none)."""
     days = raw_days + stored_days
-    return (raw_days + TIER_WEIGHT * stored_days) / min(days, WEEK) if days else 1.0
+    return raw_days / days + STORED_DAY * stored_days if days else 1.0
 
 
 def host_weights(bucket: str, scope: Any) -> Weights:
@@ -60,13 +61,27 @@ def host_weights(bucket: str, scope: Any) -> Weights:
 
 
 def split(hosts: list[str], weights: Weights, batch_hosts: int) -> list[list[str]]:
-    """``hosts`` in order, cut into batches of at most ``batch_hosts`` in weight (a host
-    with no weight weighs 1; every batch holds at least one host)."""
+    """``hosts`` in order, cut into the fewest batches of at most ``batch_hosts`` in weight
+    (a host with no weight weighs 1; a host heavier than that is a batch alone), as even in
+    weight as that allows: a batch's peak memory follows its weight."""
+    fewest = _fill(hosts, weights, batch_hosts)
+    total = sum(weights.get(h, 1.0) for h in hosts)
+    cap = min(float(batch_hosts), total / max(len(fewest), 1))
+    while cap < batch_hosts:  # the least even cap that needs no more batches
+        even = _fill(hosts, weights, cap)
+        if len(even) <= len(fewest):
+            return even
+        cap = min(float(batch_hosts), cap * 1.02)
+    return fewest
+
+
+def _fill(hosts: list[str], weights: Weights, cap: float) -> list[list[str]]:
+    """``hosts`` in order, each batch filled up to ``cap`` in weight."""
     out: list[list[str]] = []
     load = 0.0
     for h in hosts:
         w = weights.get(h, 1.0)
-        if out and load + w <= batch_hosts + 1e-9:
+        if out and load + w <= cap + 1e-9:
             out[-1].append(h)
             load += w
         else:
