@@ -11,9 +11,10 @@ Measured with ``--memory-limit 1GB`` (``make bench``, 2 cores): on the 125-host 
 each stored host-day added about 0.21 MiB to a batch's peak RSS. Over a full tier the pack
 took 3.7 s in four batches of 32 and 1.6 s in one (0.50 GiB); with six days stored and the
 seventh raw, 5.5 s against 3.7 s in one (0.75 GiB). The 125-host month with 29 days stored
-peaked at 0.96 GiB in one batch; by weight it is three, as even as can be (0.56 GiB). Raw samples gain nothing
-from smaller batches: the 25-host month with no tier took 23 s in one batch and 40 s in
-four of 7 hosts, both at 0.9 GiB.
+peaked at 0.96 GiB in one batch; by weight it is three of 42 hosts (11.6 s, 0.56 GiB;
+13.1 s and 0.51 GiB in four of 32). Raw samples gain nothing from smaller batches: the
+25-host month with no tier took 23 s in one batch and 40 s in four of 7 hosts, both at
+0.9 GiB.
 """
 
 from __future__ import annotations
