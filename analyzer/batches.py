@@ -2,19 +2,19 @@
 
 A batch is one DuckDB connection: memory is bounded by the batch, not the fleet, and each
 batch pays the fixed cost of an analysis (opening the bucket, some 50 statements, the chart
-series). A host whose days are all derived from raw samples weighs 1, whatever its span
-(DuckDB spills what does not fit); one whose days are stored in the rollup tier weighs
-its share of days read raw, plus 1/56 per stored host-day (:func:`weight`): a stored week
-an eighth of a host. So a fleet whose finished days are stored needs fewer batches.
+series). A host weighs 1 for up to a week of host-days derived from raw samples, and a
+week's worth more for each further week; a host-day read from the stored rollup tier counts
+:data:`TIER_WEIGHT` of one read raw (:func:`weight`). So a fleet whose finished days are
+stored needs fewer batches, and a long span of raw samples more.
 
-Measured with ``--memory-limit 1GB`` (``make bench``, 2 cores): on the 125-host fleet week,
-each stored host-day added about 0.21 MiB to a batch's peak RSS. Over a full tier the pack
-took 3.7 s in four batches of 32 and 1.6 s in one (0.50 GiB); with six days stored and the
-seventh raw, 5.5 s against 3.7 s in one (0.75 GiB). The 125-host month with 29 days stored
-peaked at 0.96 GiB in one batch; by weight it is three of 42 hosts (11.6 s, 0.56 GiB;
-13.1 s and 0.51 GiB in four of 32). Raw samples gain nothing from smaller batches: the
-25-host month with no tier took 23 s in one batch and 40 s in four of 7 hosts, both at
-0.9 GiB.
+Measured with ``--memory-limit 1GB`` on 2 cores, each pair side by side: on the 125-host
+fleet week, each host-day read raw added about 2.3 MiB to a batch's peak RSS and each stored
+one about 0.21 MiB. Over a full tier the pack took 3.7 s in four batches of 32 and 1.6 s in
+one (0.50 GiB); with six days stored and the seventh raw, 5.5 s against 3.7 s in one
+(0.75 GiB). The 125-host month with 29 days stored peaked at 0.96 GiB in one batch; by
+weight it is three of 42 hosts (11.6 s, 0.56 GiB; 13.1 s and 0.51 GiB in four of 32). The
+25-host month with no tier took 19 s in one batch (0.91 GiB) and 14 s in four of 7 hosts,
+as weighed (0.73 GiB).
 """
 
 from __future__ import annotations
@@ -24,15 +24,17 @@ from typing import Any
 
 from collector import layout
 
-STORED_DAY = 1 / 56  # a stored host-day's weight: a stored week, an eighth of a host
+TIER_WEIGHT = 1 / 8  # a stored host-day against one derived from raw samples
+WEEK = 7  # host-days read raw that weigh one host
 Weights = dict[str, float]  # host -> its weight in a batch
 
 
 def weight(raw_days: int, stored_days: int) -> float:
-    """A host's weight in a batch: the share of its host-days read raw, plus
-    :data:`STORED_DAY` for each stored one (1 for a host of raw samples only, or none)."""
+    """A host's weight in a batch: its host-days read raw, plus :data:`TIER_WEIGHT` of
+    those read from the stored tier, over its host-days up to a week (a host of raw samples
+    weighs 1 up to a week, more past it; 1 for a host with none)."""
     days = raw_days + stored_days
-    return raw_days / days + STORED_DAY * stored_days if days else 1.0
+    return (raw_days + TIER_WEIGHT * stored_days) / min(days, WEEK) if days else 1.0
 
 
 def host_weights(bucket: str, scope: Any) -> Weights:

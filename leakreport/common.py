@@ -236,8 +236,8 @@ _RUN_OPTS = [
         type=click.IntRange(1),
         help="Local runs over more hosts than this analyse them in batches of this many, "
         "one connection at a time: memory stays bounded, findings are the same. A host "
-        "whose days are stored in the rollup tier counts less: its share of days read raw, "
-        "plus 1/56 per stored day.",
+        "counts one per week of raw samples (at least one), and each host-day stored in the "
+        "rollup tier an eighth of one read raw.",
     ),
     click.option(
         "--rule-timeout",

@@ -41,15 +41,16 @@ def test_split_keeps_order_and_makes_the_fewest_batches_within_the_weight(
 @pytest.mark.parametrize(
     ("raw", "stored", "want"),
     [
-        (1, 0, 1.0),  # raw samples only: a host, whatever the span
-        (30, 0, 1.0),
-        (1, 6, 1 / 7 + 6 / 56),  # the fleet week with its finished days stored
+        (1, 0, 1.0),  # raw samples: a host, whatever the span up to a week
+        (7, 0, 1.0),
+        (14, 0, 2.0),  # two weeks of them: two hosts' worth
+        (1, 6, (1 + 6 / 8) / 7),  # the fleet week with its finished days stored
         (0, 7, 1 / 8),
-        (1, 29, 1 / 30 + 29 / 56),  # a month: its stored days add up
+        (1, 29, (1 + 29 / 8) / 7),  # a month: by the week, not by its share of stored days
         (0, 0, 1.0),
     ],
 )
-def test_weight_is_the_raw_share_plus_a_56th_per_stored_host_day(
+def test_weight_counts_raw_host_days_by_the_week_and_stored_ones_by_an_eighth(
     raw: int, stored: int, want: float
 ) -> None:
     assert batches.weight(raw, stored) == pytest.approx(want)
@@ -85,10 +86,10 @@ def test_a_stored_tier_makes_fewer_batches_with_the_same_findings(bucket: Path) 
 
     tier.build(bucket, before=NOW.date())  # the three finished days of each host
     w = batches.host_weights(str(bucket), Scope())
-    # of each host's four days, three are stored: 1/4 + 3/56
-    assert w == pytest.approx({h: 1 / 4 + 3 / 56 for h in names})
+    # of each host's four days, three are stored: (1 + 3/8) / 4
+    assert w == pytest.approx({h: (1 + 3 / 8) / 4 for h in names})
     said, doc = _run(bucket, 2)
-    assert not [s for s in said if "batches of" in s]  # 4 x 0.30 hosts: one batch
+    assert not [s for s in said if "batches of" in s]  # 4 x 0.34 hosts: one batch
     assert "rollup tier: 12 host-days stored, 4 derived from raw samples" in said
     assert json.dumps(doc["findings"], sort_keys=True) == json.dumps(
         raw["findings"], sort_keys=True
