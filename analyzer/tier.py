@@ -152,6 +152,7 @@ class Result:
     current: int = 0  # host-days whose tier was already current
     weeks: int = 0  # week files written (tierweek)
     skipped: list[str] | None = None  # raw files left out (do not match the schema)
+    week_failures: list[str] = field(default_factory=list)  # week files not written, why
 
 
 def _width(overrides: dict[str, Any] | None) -> float:
@@ -331,7 +332,9 @@ def build(
     res.built, res.current = len(built), len(seen - built)
     if weeks:
         now = current_tier(root, fs, lambda _d: True, lambda _h: True, width, index)
-        res.weeks = tierweek.pack(bucket, root, fs, now, now.weeks, hashes, progress)
+        res.weeks = tierweek.pack(
+            bucket, root, fs, now, now.weeks, hashes, progress, res.week_failures
+        )
     tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
     tierindex.refresh(root, fs, before, index, tables, lambda e: _tier_meta(e, fs))
     return res

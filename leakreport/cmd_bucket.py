@@ -73,7 +73,9 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     (Monday to Sunday, all before --before and before today) is analysed with the
     default pack and options when its stored findings are missing or stale (its
     trace files, the code or the packs changed), and stored only when the analysis
-    is complete. Run it after `leakreport compact`.
+    is complete. Run it after `leakreport compact`. A raw file that does not match
+    its schema, or a week file that cannot be written, is named on stderr, the rest
+    goes on, and the exit code is 3.
 
     \b
     Example (daily cron):
@@ -92,8 +94,10 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     )
     for line in res.skipped or []:
         err(f"leakreport: incomplete: left out: {line}")
+    for line in res.week_failures:
+        err(f"leakreport: incomplete: {line}")
     store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
-    if res.skipped:
+    if res.skipped or res.week_failures:
         raise SystemExit(exitcodes.INCOMPLETE)
 
 
