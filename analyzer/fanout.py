@@ -268,9 +268,12 @@ def analyze_local(
             timings=timings,
         )
     if progress:
+        sizes = sorted({len(g) for g in groups})
+        size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
         progress(
-            f"{len(hosts)} hosts: analysing them in {len(groups)} batches of up to "
-            f"{batch_hosts} hosts (a host's days stored in the rollup tier count less)"
+            f"{len(hosts)} hosts: analysing them in {len(groups)} batches of {size} hosts "
+            f"(--batch-hosts {batch_hosts}: a batch holds at most {batch_hosts} hosts' weeks "
+            "of raw samples; a host-day stored in the rollup tier weighs an eighth of a raw one)"
         )
         if memory_limit:
             from analyzer.memory import budget_note

@@ -234,10 +234,11 @@ _RUN_OPTS = [
         default=32,
         show_default=True,
         type=click.IntRange(1),
-        help="Local runs over more hosts than this analyse them in batches of this many, "
-        "one connection at a time: memory stays bounded, findings are the same. A host "
-        "counts one per week of raw samples (at least one), and each host-day stored in the "
-        "rollup tier an eighth of one read raw.",
+        help="Local runs over more hosts than this analyse them in batches, one connection "
+        "at a time, each holding at most this many hosts' weeks of raw samples: memory stays "
+        "bounded, findings are the same. A host counts one per week of raw samples (at least "
+        "one), and each host-day stored in the rollup tier an eighth of one read raw, so a "
+        "batch can hold more hosts than this.",
     ),
     click.option(
         "--rule-timeout",

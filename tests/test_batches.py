@@ -80,8 +80,10 @@ def test_a_stored_tier_makes_fewer_batches_with_the_same_findings(bucket: Path) 
     names = [h["host"] for h in raw["hosts"]]
     assert len(names) == 4
     assert batches.host_weights(str(bucket), Scope()) == {h: 1.0 for h in names}
-    assert raw_said[0].endswith(
-        "in 2 batches of up to 2 hosts (a host's days stored in the rollup tier count less)"
+    assert raw_said[0].startswith(
+        "4 hosts: analysing them in 2 batches of 2 hosts (--batch-hosts 2: a batch holds at "
+        "most 2 hosts' weeks of raw samples; a host-day stored in the rollup tier weighs an "
+        "eighth of a raw one)"
     )
 
     tier.build(bucket, before=NOW.date())  # the three finished days of each host
@@ -96,7 +98,7 @@ def test_a_stored_tier_makes_fewer_batches_with_the_same_findings(bucket: Path) 
     )
     # a batch still holds at most its weight: one host's worth, at most three of these
     said, doc = _run(bucket, 1)
-    assert said[0].startswith("4 hosts: analysing them in 2 batches of up to 1")
+    assert said[0].startswith("4 hosts: analysing them in 2 batches of 2 hosts (--batch-hosts 1:")
     assert "batch 1/2 done (2 hosts)" in said and "batch 2/2 done (2 hosts)" in said  # even
     assert json.dumps(doc["findings"], sort_keys=True) == json.dumps(
         raw["findings"], sort_keys=True

@@ -43,7 +43,7 @@ def test_local_batches_are_identical_and_say_so(sim_bucket) -> None:
     batched = analyze_local(sim_bucket[0], packs, now=NOW, batch_hosts=4, progress=said.append)
     assert _comparable(batched) == _comparable(one)
     n = -(-len(one.hosts) // 4)
-    assert f"in {n} batches of up to 4 hosts (" in said[0]
+    assert f"in {n} batches of " in said[0] and " hosts (--batch-hosts 4: " in said[0]
     # each batch, as it ends: what its analysis said (not its rule-by-rule steps), then done
     done = [i for i, line in enumerate(said) if line.startswith("batch ") and " done (" in line]
     assert [said[i] for i in done] == [
@@ -105,7 +105,7 @@ def test_dask_and_batches_via_cli(sim_bucket) -> None:
         timeout=300,
     )
     assert batched.returncode == 0, batched.stderr[-3000:]
-    assert "batches of up to 5" in batched.stderr
+    assert "hosts (--batch-hosts 5: a batch holds at most 5 hosts' weeks" in batched.stderr
     assert "memory: --memory-limit 600MB per process" in batched.stderr  # said once, up front
     a, b, c = json.loads(local.stdout), json.loads(dask.stdout), json.loads(batched.stdout)
     for d in (a, b, c):
