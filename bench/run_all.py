@@ -200,6 +200,15 @@ def tier_table(res: dict[str, Any]) -> str:
         f"- findings identical cold / warm / full: {w['same_findings']}"
         + (f" (month: {t['month']['same_findings']})" if "month" in t else ""),
     ]
+    fp = w.get("first_pass")
+    if fp:
+        lines.append(
+            f"- collector-written per-minute summaries (measured, not built): the first pass "
+            f"(gpu_info + gpu_buckets) takes {fp['raw_over_scan']}x the scan from raw samples, "
+            f"{fp['summary_over_scan']}x from summaries regrouped by minute, "
+            f"{fp['summary_unique_over_scan']}x read as stored (the bound); "
+            f"same rows: {fp['same_rows']}"
+        )
     if "month_warm_over_week_warm" in t:
         g = t["month_warm_over_week_warm"]
         lines.append(

@@ -132,6 +132,19 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
         )
         if opts.get("doc_out"):
             Path(opts["doc_out"]).write_text(doc.to_json(indent=None))
+    elif kind == "minute_summary":
+        import minute_summary
+
+        src = Path(opts["local_bucket"])
+        files = [
+            e.path
+            for e in layout.list_entries(
+                str(src), "gpu_samples", None, scope.date_ok, scope.host_ok
+            )
+        ]
+        out.update(
+            minute_summary.measure(src, files, int(opts["inner_runs"]), opts.get("memory_limit"))
+        )
     elif kind == "rollup":
         import datetime as dt
 
@@ -261,6 +274,8 @@ def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dic
     res: dict[str, Any] = {"hosts": hosts, "days": len(days)}
     res["scan"] = measure("scan", str(copy), hosts, runs, o)
     res["cold"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["cold"]})
+    # the first pass over raw samples, against per-minute summaries a collector could write
+    res["first_pass"] = measure("minute_summary", str(copy), hosts, 1, {**o, "inner_runs": 3})
     res["rollup_finished"] = measure("rollup", str(copy), hosts, 1, {**o, "before": str(last)})
     res["warm"] = measure("pack", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
     res["fleet_report"] = measure("fleet", str(copy), hosts, runs, {**o, "doc_out": docs["warm"]})
@@ -289,6 +304,9 @@ def tier_section(bucket: Path, runs: int, opts: dict[str, Any], tmp: str) -> dic
     scan = res["scan"]["seconds"]
     for k in ("cold", "warm", "full", "fleet_report", "fleet_command", "fleet_stored"):
         res[f"{k}_over_scan"] = round(res[k]["seconds"] / max(scan, 1e-9), 1)
+    first = res["first_pass"]
+    for k in ("raw", "summary", "summary_unique"):  # scan and passes: one after the other
+        first[f"{k}_over_scan"] = round(first[k] / max(scan, 1e-9), 1)
     res["peak_rss_mb"] = max(
         res[k]["rss_mb"] for k in ("cold", "warm", "full", "fleet_command", "rollup_finished")
     )

@@ -67,5 +67,8 @@ def test_run_all_tiny_writes_results(tmp_path) -> None:
     s3 = scale["s3"]
     assert s3["bytes_of_hosts_analysed"] < s3["bytes_stored"]  # the other host was pruned
     assert s3["bytes_read"] < s3["bytes_stored"]
+    first = res["tier"]["week"]["first_pass"]  # raw samples vs per-minute summaries
+    assert first["same_rows"] is True and first["mib_summary"] > 0
     md = (tmp_path / "results.md").read_text()
     assert "× plain scan" in md and "Dask" in md and "S3" in md
+    assert "per-minute summaries (measured, not built)" in md
