@@ -139,6 +139,8 @@ class Opened:
     hosts: dict[str, set[str]] = field(default_factory=dict)
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
     notes: list[str] = field(default_factory=list)  # said at the start of the analysis
+    # every raw file the views read: the file read (staged, for S3) -> its bucket path
+    paths: dict[str, str] = field(default_factory=dict)
 
 
 def check_bucket(bucket: str | os.PathLike[str]) -> Any:
@@ -167,8 +169,10 @@ def open_checked(
     memory_limit: str | None = None,
     stage_dir: str | os.PathLike[str] | None = None,
     now: dt.datetime | None = None,
+    exclude: dict[str, str] | None = None,
 ) -> Opened:
     """A connection with one view per trace table, what was read, and what was not.
+    ``exclude``: bucket paths of files to leave out, and why (:mod:`analyzer.rowcheck`).
 
     An ``s3://`` bucket's objects (pruned by date and host first) are copied once
     into ``stage_dir`` (a temporary folder if not given) and read from there:
@@ -205,11 +209,18 @@ def open_checked(
             ok, bad = checked_files(bucket, name, scope, s3, index)
         except OSError as e:
             raise BucketError(f"{bucket}/{name}: cannot list the trace files: {e}") from e
-        good[name] = ok
         gone = [c.entry.path for c in bad if not _exists(c.entry.path, s3)]
         if gone:
             raise BucketChanged(_shown(bucket, gone[0], s3))
         out.skipped += [f"{_shown(bucket, c.entry.path, s3)}: {c.problem}" for c in bad]
+        if exclude:
+            out.skipped += [
+                f"{_shown(bucket, c.entry.path, s3)}: {exclude[c.entry.path]}"
+                for c in ok
+                if c.entry.path in exclude
+            ]
+            ok = [c for c in ok if c.entry.path not in exclude]
+        good[name] = ok
         out.counts[name] = len(ok)
     wall = dt.datetime.now(dt.UTC)
     hi = max(now or wall, wall) + FUTURE_MARGIN
@@ -224,6 +235,7 @@ def open_checked(
                 if gone:
                     raise BucketChanged(_shown(bucket, gone[0], s3)) from None
                 raise
+        out.paths.update(zip(local[name], (c.entry.path for c in good[name]), strict=True))
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
     parts: dict[str, str] = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, coverage, logevents, memory, pods, rollup, series
+from analyzer import __version__, coverage, logevents, memory, pods, rollup, rowcheck, series
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
     Finding,
@@ -207,7 +207,9 @@ def analyze(
     scope = scope or Scope()
     overrides = overrides or {}
     say = progress or (lambda _m: None)
-    for attempt in (1, 2):
+    exclude: dict[str, str] = {}  # bucket path -> why: files whose rows cannot be read
+    attempt = 0
+    while True:
         # an s3:// bucket's objects are staged here for the analysis (see open_bucket)
         staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
         try:
@@ -225,10 +227,12 @@ def analyze(
                     stage,
                     rule_timeout,
                     timings,
+                    exclude,
                 )
         except BucketChanged as e:
             # a rollup or compact replaced files while they were read: their rows are in
             # the files that replaced them, which a fresh listing finds
+            attempt += 1
             if attempt == 2:
                 raise BucketError(
                     f"{e}: bucket files were replaced while the analysis read them, twice; "
@@ -237,9 +241,28 @@ def analyze(
             say(
                 f"{e}: replaced while the analysis read it (a rollup or compact); reading the bucket again"
             )
-            if timings is not None:
-                timings.clear()
-    raise AssertionError("unreachable")
+        except rowcheck.RowsUnreadable as e:
+            # each pass leaves out one file more at least, or ends here
+            exclude.update(_unreadable(e, say))
+        if timings is not None:
+            timings.clear()
+
+
+def _unreadable(e: rowcheck.RowsUnreadable, say: Progress) -> dict[str, str]:
+    """The bucket paths of the files whose rows cannot be read, and why; the failure
+    itself again where none is found, or one is a file of the stored tier."""
+    n = len(e.paths) + len(e.tier)
+    say(f"reading rows failed ({e}): checking the rows of the {n} files read, one by one")
+    bad = rowcheck.unreadable([*e.paths, *sorted(e.tier)], say)
+    tier_bad = sorted(p for p in bad if p in e.tier)
+    if tier_bad:
+        raise BucketError(
+            f"{tier_bad[0]}: {bad[tier_bad[0]]}; this file of the stored rollup tier is "
+            "derived data: delete it, and `leakreport rollup` stores its host-days again"
+        ) from e.error
+    if not bad:
+        raise e.error
+    return {e.paths[p]: why for p, why in bad.items()}
 
 
 def _analyze(
@@ -255,6 +278,7 @@ def _analyze(
     stage: str | None,
     rule_timeout: float | None,
     timings: list[dict[str, Any]] | None = None,
+    exclude: dict[str, str] | None = None,
 ) -> FindingsDocument:
     times: list[dict[str, Any]] = timings if timings is not None else []
     clock = time.perf_counter()
@@ -265,7 +289,9 @@ def _analyze(
         times.append({"stage": stage, "seconds": round(now_t - clock, 4)})
         clock = now_t
 
-    opened = open_checked(bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now)
+    opened = open_checked(
+        bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now, exclude=exclude
+    )
     lap("open")
     con, files = opened.con, opened.counts
     if opened.duckdb_memory:
@@ -279,11 +305,19 @@ def _analyze(
         say(line)
     try:
         t0 = time.perf_counter()
-        n_events = logevents.build(con)
-        lap("log_events")
-        # the bucket width follows the samples' span (a host batch gets its scope's)
-        overrides = rollup.with_width(overrides, opened.span_s)
-        rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
+        try:  # the first statements to read every raw file's rows
+            n_events = logevents.build(con)
+            lap("log_events")
+            # the bucket width follows the samples' span (a host batch gets its scope's)
+            overrides = rollup.with_width(overrides, opened.span_s)
+            rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
+        except (RuntimeError, duckdb.Error) as e:
+            if vanished(e) or not rowcheck.may_be_rows(e):
+                raise
+            stored = opened.tier.files.values() if opened.tier is not None else []
+            raise rowcheck.RowsUnreadable(
+                e, opened.paths, {p for files in stored for p in files.values()}
+            ) from e
         clock = time.perf_counter()
         if opened.tier is not None:
             say(

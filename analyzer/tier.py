@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 
-from analyzer import rollup, tierindex, tierweek
+from analyzer import rollup, rowcheck, tierindex, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import SCHEMA_VERSION
@@ -151,7 +151,7 @@ class Result:
     built: int = 0  # host-days derived and written (one table or more)
     current: int = 0  # host-days whose tier was already current
     weeks: int = 0  # week files written (tierweek)
-    skipped: list[str] | None = None  # raw files left out (do not match the schema)
+    skipped: list[str] = field(default_factory=list)  # raw files left out, and why
     week_failures: list[str] = field(default_factory=list)  # week files not written, why
 
 
@@ -269,7 +269,7 @@ def build(
     width = _width(overrides)
     stmts = statements()
     hashes = {t: sql_hash(width, t) for t in ALL_TIERS}
-    res = Result(skipped=[])
+    res = Result()
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)
     have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
@@ -292,7 +292,6 @@ def build(
             for source, entries in sorted(of_day):
                 checked = index.checks(entries, lambda es: layout.check_all(es, fs))
                 good, bad = layout.live(checked)
-                assert res.skipped is not None
                 res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
                 if not good:
                     continue
@@ -306,28 +305,44 @@ def build(
                 paths = [c.entry.path for c in good]
                 if fs is not None:
                     paths = _stage(fs, paths, stage)
-                _derive(con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash)
+                try:
+                    _derive(
+                        con, bucket, source, day, host_dir, paths, stmts, width, hashes, src_hash
+                    )
+                except duckdb.Error as e:  # rows that cannot be read: name the file, go on
+                    if not rowcheck.may_be_rows(e):
+                        raise
+                    what = f"the tier of {day} host={host_dir} from {source}"
+                    res.skipped += rowcheck.not_stored([c.entry.path for c in good], paths, e, what)
+                    continue
                 fresh |= {TIERS[t][0] for t in _of(source)}
                 built.add((day, host_dir))
                 _delete_old(root, fs, _of(source), day, host_dir, hashes, src_hash)
                 if progress:
                     progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
-            if tierjoint.derive(
-                con,
-                bucket,
-                root,
-                fs,
-                day,
-                host_dir,
-                good_of,
-                have,
-                stmts,
-                width,
-                hashes,
-                stage,
-                fresh,
-                progress,
-            ):
+            try:
+                joint = tierjoint.derive(
+                    con,
+                    bucket,
+                    root,
+                    fs,
+                    day,
+                    host_dir,
+                    good_of,
+                    have,
+                    stmts,
+                    width,
+                    hashes,
+                    stage,
+                    fresh,
+                    progress,
+                )
+            except duckdb.Error as e:
+                if not rowcheck.may_be_rows(e):
+                    raise
+                joint = False
+                res.skipped.append(f"the idle segments of {day} host={host_dir} not stored: {e}")
+            if joint:
                 built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
     if weeks:

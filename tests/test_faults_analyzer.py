@@ -89,6 +89,16 @@ def _truncated(p: Path) -> None:
     p.write_bytes(p.read_bytes()[:-30])
 
 
+def damage_pages(p: Path) -> None:
+    """Zero the bytes between the magic number and the footer: the footer (schema, row
+    count) still reads, the rows do not."""
+    raw = bytearray(p.read_bytes())
+    footer = int.from_bytes(raw[-8:-4], "little")
+    end = len(raw) - 8 - footer
+    raw[4:end] = bytes(end - 4)
+    p.write_bytes(bytes(raw))
+
+
 def _float_mib(p: Path) -> None:
     t = _good_table()
     i = t.schema.get_field_index("memory_used_bytes")
