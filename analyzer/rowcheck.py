@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from analyzer.views import sql_str
+from analyzer.views import parquet
 
 # failures of the SQL or the machine, never of a file's rows
 _NOT_READS = (
@@ -55,10 +55,7 @@ def unreadable(paths: list[str], progress: Callable[[str], None] | None = None) 
         con.execute("SET TimeZone = 'UTC'")
         for i, p in enumerate(paths, 1):
             try:
-                con.execute(
-                    "CREATE OR REPLACE TEMP TABLE _rows AS SELECT * FROM "
-                    f"read_parquet({sql_str(p)}, hive_partitioning = false)"
-                )
+                con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS SELECT * FROM {parquet([p])}")
             except duckdb.Error as e:
                 bad[p] = f"rows cannot be read: {str(e).splitlines()[0][:300]}"
             if progress and i % 500 == 0:
