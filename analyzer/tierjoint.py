@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from analyzer import tier, tierweek
+from analyzer import rowcheck, tier, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import TABLES
@@ -141,7 +141,14 @@ def cover(
         use.weeks.update(weeks)
         # a table, read once: a month is ~50 k rows in 750 files, and reading the files is
         # what costs (three reads of them took longer than the statements that use them)
-        con.execute(f"CREATE OR REPLACE TABLE {tier_table} AS {tierweek.select(files, use.weeks)}")
+        try:
+            con.execute(
+                f"CREATE OR REPLACE TABLE {tier_table} AS {tierweek.select(files, use.weeks)}"
+            )
+        except duckdb.Error as e:  # the analysis finds which file, and names it
+            if not rowcheck.may_be_rows(e):
+                raise
+            raise rowcheck.RowsUnreadable(e, {}, set(files.values())) from e
         # the host-days as the rows name them (a host's folder is not always its name). One
         # whose file has no rows is not listed: none of its buckets is idle even by its own
         # day's readings, and the analysis derives none for it (see idle_view)

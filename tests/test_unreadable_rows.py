@@ -10,8 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from test_faults_analyzer import SCENARIO, _analyze, _cli, _findings, damage_pages
+from test_tier_week import BEFORE, START
 
-from analyzer import rowcheck
+from analyzer import rowcheck, tier
 from simulator.generate import simulate
 
 
@@ -89,3 +90,23 @@ def test_only_errors_that_may_come_from_rows_are_checked_file_by_file() -> None:
     read = RuntimeError("00_gpu_info.sql: TProtocolException: Invalid data")
     read.__cause__ = duckdb.Error("TProtocolException: Invalid data")
     assert rowcheck.may_be_rows(read)
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory) -> Path:
+    """Two hosts over 40 hours (a span read from the stored per-minute tier), rolled up."""
+    out = tmp_path_factory.mktemp("rows-tier") / "bucket"
+    for scenario in ("fast-image-processor-leak", "cache-warmup"):
+        simulate(scenario, out, hosts=1, hours=40, seed=11, start=START)
+    tier.build(out, before=BEFORE)
+    return out
+
+
+@pytest.mark.parametrize("table", sorted(tier.ALL_TIERS))
+def test_every_stored_table_with_damaged_rows_is_named(tiered, tmp_path, table) -> None:
+    bucket = Path(shutil.copytree(tiered, tmp_path / "bucket"))
+    (week,) = (bucket / f"{table}_week").glob("date=2026-11-30/*/*.parquet")
+    damage_pages(week)
+    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never", "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{week}: rows cannot be read" in r.stderr
