@@ -60,7 +60,6 @@ def unreadable(paths: list[str], progress: Callable[[str], None] | None = None) 
                 bad[p] = f"rows cannot be read: {str(e).splitlines()[0][:300]}"
             if progress and i % 500 == 0:
                 progress(f"checked the rows of {i} of {len(paths)} files")
-        con.execute("DROP TABLE IF EXISTS _rows")
     return bad
 
 

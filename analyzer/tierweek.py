@@ -137,14 +137,14 @@ def pack(
     have: Owners,
     weeks: dict[str, frozenset[Key]],
     sql_hashes: dict[str, str],
-    progress: Callable[[str], None] | None = None,
-    failed: list[str] | None = None,
+    progress: Callable[[str], None] | None,
+    failed: list[str],
 ) -> int:
     """Write a week file for each tier table and week whose current host-days (``have``,
     with every day and host) are not all held by one week file alone, then delete the
     files it replaces; how many were written. A week file that cannot be written (a
     stored file that cannot be read whole, memory) is named in ``failed`` and its files
-    are left as they are (they are read as before); without ``failed`` it raises."""
+    are left as they are (they are read as before)."""
     import duckdb
 
     from analyzer.staging import stage as _stage
@@ -186,10 +186,10 @@ def pack(
             try:
                 write(con, files, local_weeks, SORT_FIRST.get(t), out, meta)
             except duckdb.Error as err:  # a stored file that cannot be read whole
-                problem = f"tier week of {m}: {t} not written: {err}"
-                if failed is None:
-                    raise RuntimeError(problem) from err
-                failed.append(f"{problem}; its host-days stay in the files it would replace")
+                failed.append(
+                    f"tier week of {m}: {t} not written: {err}; "
+                    "its host-days stay in the files it would replace"
+                )
                 out.unlink(missing_ok=True)
                 continue
             _put(bucket, week_table(t), m, out)

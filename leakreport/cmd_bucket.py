@@ -92,7 +92,7 @@ def rollup(bucket: str, before: dt.date | None) -> None:
         f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
         f"{plural(res.weeks, 'week file')} written"
     )
-    for line in res.skipped or []:
+    for line in res.skipped:
         err(f"leakreport: incomplete: left out: {line}")
     for line in res.week_failures:
         err(f"leakreport: incomplete: {line}")
