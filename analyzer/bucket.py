@@ -133,7 +133,7 @@ class Opened:
     skipped: list[str] = field(default_factory=list)  # "path: reason", files left out
     quarantined: list[str] = field(default_factory=list)  # one line per host and table
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
-    tier: Any = None  # analyzer.tier.TierUse when the stored rollup tier is read
+    tier: Any = None  # analyzer.tierread.TierUse when the stored rollup tier is read
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
@@ -263,7 +263,7 @@ def open_checked(
     out.hosts = footer_hosts(good, parts)
     if scope.before is None and parts:
         out.tier = tierread.attach_opened(
-            out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir, index
+            out, bucket, s3, scope, good, local, parts, hi, first_run, stage_dir, index, exclude
         )
     return out
 

@@ -111,7 +111,7 @@ def build(
     tier: Any = None,
     timings: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Run the rollup SQL in file order. With ``tier`` (an analyzer.tier.TierUse: views
+    """Run the rollup SQL in file order. With ``tier`` (an analyzer.tierread.TierUse: views
     over the stored rollup tier exist), the first-stage tables it stores are read from
     it for the host-days it covers and derived from raw samples for the rest.
     ``timings`` gets one entry per statement (file, table, seconds, tier or raw)."""
@@ -121,8 +121,7 @@ def build(
     params = {**DEFAULTS, **(overrides or {})}
     with_tier: Any = None
     if tier is not None:
-        from analyzer import tier as with_tier
-        from analyzer import tierread
+        from analyzer import tierread as with_tier
     # the host-days whose idle segments the stored tier holds (analyzer.tierread): none here
     con.execute("CREATE TABLE IF NOT EXISTS idle_cover (host VARCHAR, dn BIGINT)")
     checked = False
@@ -136,7 +135,7 @@ def build(
                 checked = True
             t0 = time.perf_counter()
             try:
-                read_tier = with_tier is not None and tierread.rollup_with_tier(
+                read_tier = with_tier is not None and with_tier.rollup_with_tier(
                     con, stmt, params, tier
                 )
                 if not read_tier:

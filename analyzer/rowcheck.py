@@ -9,10 +9,12 @@ analysis can leave out the ones that fail, say so, and go on (:mod:`analyzer.run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import duckdb
 
+from analyzer.bucket import Opened, vanished
 from analyzer.views import parquet
 
 # failures of the SQL or the machine, never of a file's rows
@@ -27,10 +29,11 @@ _NOT_READS = (
 
 
 class RowsUnreadable(Exception):
-    """A statement failed reading rows; ``paths``: what it could have read (the file
-    read -> the bucket path to name and leave out), ``tier``: those of the stored tier."""
+    """A statement failed reading rows; ``paths``: the raw files it could have read (the
+    file read -> its bucket path, to name and leave out), ``tier``: the same of the stored
+    tier's files."""
 
-    def __init__(self, error: BaseException, paths: dict[str, str], tier: set[str]) -> None:
+    def __init__(self, error: BaseException, paths: dict[str, str], tier: dict[str, str]) -> None:
         super().__init__(str(error))
         self.error, self.paths, self.tier = error, paths, tier
 
@@ -46,6 +49,31 @@ def may_be_rows(e: BaseException) -> bool:
     """Whether ``e`` may come from a file's rows (not from memory, an interrupt or the SQL)."""
     err = duckdb_error(e)
     return err is not None and not isinstance(err, _NOT_READS)
+
+
+@contextlib.contextmanager
+def checked(opened: Opened) -> Iterator[None]:
+    """A failure of the statements within that may come from a file's rows is raised as
+    RowsUnreadable, with every file of ``opened`` they could have read."""
+    try:
+        yield
+    except (RuntimeError, duckdb.Error) as e:
+        if vanished(e) or not may_be_rows(e):
+            raise
+        stored = opened.tier.origin if opened.tier is not None else {}
+        raise RowsUnreadable(e, opened.paths, stored) from e
+
+
+def left_out(e: RowsUnreadable, progress: Callable[[str], None]) -> dict[str, str]:
+    """The bucket paths of the files whose rows cannot be read, and why (a file of the
+    stored tier too: its host-days are then derived from raw samples); the failure
+    itself again where none is found."""
+    n = len(e.paths) + len(e.tier)
+    progress(f"reading rows failed ({e}): checking the rows of the {n} files read, one by one")
+    bad = unreadable([*e.paths, *sorted(e.tier)], progress)
+    if not bad:
+        raise e.error
+    return {{**e.paths, **e.tier}[p]: why for p, why in bad.items()}
 
 
 def unreadable(paths: list[str], progress: Callable[[str], None] | None = None) -> dict[str, str]:

@@ -214,21 +214,29 @@ def analyze(
         staging = tempfile.TemporaryDirectory(prefix="leakreport-") if is_s3(bucket) else None
         try:
             with staging or contextlib.nullcontext() as stage:
-                return _analyze(
-                    bucket,
-                    packs,
-                    scope,
-                    overrides,
-                    only_rules,
-                    say,
-                    now,
-                    memory_limit,
-                    with_series,
-                    stage,
-                    rule_timeout,
-                    timings,
-                    exclude,
-                )
+                try:
+                    return _analyze(
+                        bucket,
+                        packs,
+                        scope,
+                        overrides,
+                        only_rules,
+                        say,
+                        now,
+                        memory_limit,
+                        with_series,
+                        stage,
+                        rule_timeout,
+                        timings,
+                        exclude,
+                    )
+                except rowcheck.RowsUnreadable as e:
+                    # checked while the staged copies are still there; each pass leaves
+                    # out one file more at least, or ends here
+                    bad = rowcheck.left_out(e, say)
+                    if bad.keys() <= exclude.keys():
+                        raise e.error from e
+                    exclude.update(bad)
         except BucketChanged as e:
             # a rollup or compact replaced files while they were read: their rows are in
             # the files that replaced them, which a fresh listing finds
@@ -241,28 +249,8 @@ def analyze(
             say(
                 f"{e}: replaced while the analysis read it (a rollup or compact); reading the bucket again"
             )
-        except rowcheck.RowsUnreadable as e:
-            # each pass leaves out one file more at least, or ends here
-            exclude.update(_unreadable(e, say))
         if timings is not None:
             timings.clear()
-
-
-def _unreadable(e: rowcheck.RowsUnreadable, say: Progress) -> dict[str, str]:
-    """The bucket paths of the files whose rows cannot be read, and why; the failure
-    itself again where none is found, or one is a file of the stored tier."""
-    n = len(e.paths) + len(e.tier)
-    say(f"reading rows failed ({e}): checking the rows of the {n} files read, one by one")
-    bad = rowcheck.unreadable([*e.paths, *sorted(e.tier)], say)
-    tier_bad = sorted(p for p in bad if p in e.tier)
-    if tier_bad:
-        raise BucketError(
-            f"{tier_bad[0]}: {bad[tier_bad[0]]}; this file of the stored rollup tier is "
-            "derived data: delete it, and `leakreport rollup` stores its host-days again"
-        ) from e.error
-    if not bad:
-        raise e.error
-    return {e.paths[p]: why for p, why in bad.items()}
 
 
 def _analyze(
@@ -305,19 +293,12 @@ def _analyze(
         say(line)
     try:
         t0 = time.perf_counter()
-        try:  # the first statements to read every raw file's rows
+        with rowcheck.checked(opened):  # the first statements to read every raw file's rows
             n_events = logevents.build(con)
             lap("log_events")
             # the bucket width follows the samples' span (a host batch gets its scope's)
             overrides = rollup.with_width(overrides, opened.span_s)
             rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
-        except (RuntimeError, duckdb.Error) as e:
-            if vanished(e) or not rowcheck.may_be_rows(e):
-                raise
-            stored = opened.tier.files.values() if opened.tier is not None else []
-            raise rowcheck.RowsUnreadable(
-                e, opened.paths, {p for files in stored for p in files.values()}
-            ) from e
         clock = time.perf_counter()
         if opened.tier is not None:
             say(
@@ -388,7 +369,8 @@ def _analyze(
         pods.annotate(con, doc.findings)  # the Kubernetes pod on the GPU, where known
         lap("coverage")
         if with_series:
-            series.fill(con, doc)
+            with rowcheck.checked(opened):  # the first to read allocator_snapshots
+                series.fill(con, doc)
             lap("series")
         doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
         doc.run.gaps += opened.quarantined

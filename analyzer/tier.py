@@ -22,7 +22,7 @@ import datetime as dt
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,19 +129,6 @@ def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
     return h.hexdigest()[:32]
 
 
-def check_joint(con: duckdb.DuckDBPyConnection, params: dict[str, Any], use: TierUse) -> None:
-    """Before the rollups first read ``idle_cover``: where the analysis runs the chain of a
-    joint tier table with other parameters than it was made with, that table is derived
-    from raw samples for every host-day (no host-day is covered)."""
-    made = build_params(use.width)
-    for tier_table, (table, _s) in JOINT.items():
-        if table in use.tables and any(
-            float(params[k]) != float(made[k]) for k in chain_params(tier_table)
-        ):
-            use.tables.discard(table)
-            con.execute("DELETE FROM idle_cover")
-
-
 def sources_hash(entries: list[layout.Entry]) -> str:
     return hashlib.sha256("\n".join(sorted(e.name for e in entries)).encode()).hexdigest()[:32]
 
@@ -176,12 +163,15 @@ class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
     """(day, host folder) -> tier table -> (the file it is read from, its sources hash);
     ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`);
     ``stale``: host-days with a tier file made by other rollup SQL or settings and no
-    current one of that table (never read: `leakreport rollup` makes them again)."""
+    current one of that table (never read: `leakreport rollup` makes them again);
+    ``left_out``: each file left out (its rows cannot be read) -> its tier table and the
+    host-days it holds."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
         self.stale: set[tuple[dt.date, str]] = set()
+        self.left_out: dict[str, tuple[str, frozenset[tuple[dt.date, str]]]] = {}
 
 
 def current_tier(
@@ -191,10 +181,12 @@ def current_tier(
     host_ok: layout.HostOk,
     width: float,
     index: tierindex.Index | None = None,
+    skip: Collection[str] = (),
 ) -> Current:
     """The tier files made by the current SQL, for each host-day: its own day file, else
     the newest week file that holds it. ``index``: hashes stored by
-    :func:`tierindex.refresh`, used where the file is the same."""
+    :func:`tierindex.refresh`, used where the file is the same; ``skip``: paths of files
+    not to read (their host-days are not stored, unless another file holds them)."""
     out = Current()
     entries = [e for t in ALL_TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
     entries += tierweek.list_weeks(root, fs, list(ALL_TIERS), date_ok)
@@ -209,8 +201,11 @@ def current_tier(
     weeks: list[tuple[layout.Entry, str]] = []
     stale: dict[tuple[dt.date, str], set[str]] = {}
     for e, (sql, sources) in zip(entries, metas, strict=True):
+        held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
+        if e.path in skip:
+            out.left_out[e.path] = (tierweek.tier_of(e.table), frozenset(held))
+            continue
         if sql != want[tierweek.tier_of(e.table)]:  # stale: made by other SQL; never read
-            held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
             for key in held:
                 stale.setdefault(key, set()).add(tierweek.tier_of(e.table))
             continue
@@ -404,20 +399,3 @@ def _derive(
             WIDTH_KEY: f"{width:g}".encode(),
         }
         write_derived(bucket, host_dir, tier_table, day, data, extra)
-
-
-@dataclass
-class TierUse:
-    """The tier an analysis reads: views tier_* over the stored files, and ``<source>_rest``
-    over the raw files of the host-days the tier does not cover."""
-
-    width: float
-    host_days: int  # read from the tier (every source table of them)
-    raw_host_days: int  # derived from raw samples (one source table or more)
-    tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
-    # tier table -> (day, host folder) -> the file read (staged where on S3)
-    files: dict[str, dict[tuple[dt.date, str], str]] = field(default_factory=dict)
-    # the week files among them -> every host-day each holds (tierweek.select)
-    weeks: dict[str, frozenset[tuple[dt.date, str]]] = field(default_factory=dict)
-    # rollup tables this analysis made as tier + rest, their rest kept as <table>_rest
-    rested: set[str] = field(default_factory=set)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -25,6 +25,9 @@ from analyzer import rowcheck, tier, tierweek
 from analyzer.packs import referenced_params
 from collector import layout
 from collector.schema import TABLES
+
+if TYPE_CHECKING:
+    from analyzer.tierread import TierUse
 
 COVER_SQL = "CREATE OR REPLACE TABLE idle_cover (host VARCHAR, dn BIGINT)"
 
@@ -113,7 +116,7 @@ def cover(
     checks: dict[str, list[layout.FileCheck]],
     ok: Callable[[layout.FileCheck], bool],
     stage: Callable[[list[str]], list[str]] | None,
-    use: tier.TierUse,
+    use: TierUse,
 ) -> None:
     """Tables ``tier_<table>`` of the current joint tier files of the host-days whose every
     raw file of every source passes ``ok``, and the table ``idle_cover`` of those host-days
@@ -136,7 +139,7 @@ def cover(
             files[key] = cur[tier_table][0].path
         if not files:
             continue
-        files, weeks = tierweek.localise(files, current.weeks, stage)
+        files, weeks = tierweek.localise(files, current.weeks, stage, use.origin)
         use.files[tier_table] = files
         use.weeks.update(weeks)
         # a table, read once: a month is ~50 k rows in 750 files, and reading the files is
@@ -148,7 +151,7 @@ def cover(
         except duckdb.Error as e:  # the analysis finds which file, and names it
             if not rowcheck.may_be_rows(e):
                 raise
-            raise rowcheck.RowsUnreadable(e, {}, set(files.values())) from e
+            raise rowcheck.RowsUnreadable(e, {}, {p: use.origin[p] for p in files.values()}) from e
         # the host-days as the rows name them (a host's folder is not always its name). One
         # whose file has no rows is not listed: none of its buckets is idle even by its own
         # day's readings, and the analysis derives none for it (see idle_view)
@@ -165,7 +168,7 @@ IDLE_VIEWS = {
 }
 
 
-def idle_view(con: duckdb.DuckDBPyConnection, stmt: str, use: tier.TierUse) -> bool:
+def idle_view(con: duckdb.DuckDBPyConnection, stmt: str, use: TierUse) -> bool:
     """One of :data:`IDLE_VIEWS`, made over the stored files of the host-days the tier does
     not cover and the raw rest instead of over the whole table: a covered host-day's files
     are not read at all. A covered host-day whose file holds no segment had no idle bucket

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -18,9 +19,9 @@ from analyzer import rollup, tier, tierjoint, tierweek
 from analyzer.packs import referenced_params
 from analyzer.tier import (
     DAY,
+    JOINT,
     SOURCES,
     TIERS,
-    TierUse,
     _is_current,
     _of,
     _width,
@@ -30,6 +31,38 @@ from analyzer.tier import (
 from analyzer.tierindex import Index
 from collector import layout
 from collector.store import root_of
+
+
+@dataclass
+class TierUse:
+    """The tier an analysis reads: views tier_* over the stored files, and ``<source>_rest``
+    over the raw files of the host-days the tier does not cover."""
+
+    width: float
+    host_days: int  # read from the tier (every source table of them)
+    raw_host_days: int  # derived from raw samples (one source table or more)
+    tables: set[str] = field(default_factory=set)  # rollup tables that combine tier and raw
+    # tier table -> (day, host folder) -> the file read (staged where on S3)
+    files: dict[str, dict[tuple[dt.date, str], str]] = field(default_factory=dict)
+    # the week files among them -> every host-day each holds (tierweek.select)
+    weeks: dict[str, frozenset[tuple[dt.date, str]]] = field(default_factory=dict)
+    # rollup tables this analysis made as tier + rest, their rest kept as <table>_rest
+    rested: set[str] = field(default_factory=set)
+    # each file read (staged where on S3) -> its path in the bucket
+    origin: dict[str, str] = field(default_factory=dict)
+
+
+def check_joint(con: duckdb.DuckDBPyConnection, params: dict[str, Any], use: TierUse) -> None:
+    """Before the rollups first read ``idle_cover``: where the analysis runs the chain of a
+    joint tier table with other parameters than it was made with, that table is derived
+    from raw samples for every host-day (no host-day is covered)."""
+    made = tier.build_params(use.width)
+    for tier_table, (table, _s) in JOINT.items():
+        if table in use.tables and any(
+            float(params[k]) != float(made[k]) for k in tier.chain_params(tier_table)
+        ):
+            use.tables.discard(table)
+            con.execute("DELETE FROM idle_cover")
 
 
 def _aligned(c: layout.FileCheck) -> bool:
@@ -52,18 +85,32 @@ def attach(
     stage: Callable[[list[str]], list[str]],
     index: Index | None = None,
     note: Callable[[str], None] | None = None,
+    skip: dict[str, str] | None = None,
+    left_out: Callable[[str, str], None] | None = None,
 ) -> TierUse | None:
     """Per source table, views over the current tier (host-days it covers) and over the
     raw files of the others (``<source>_rest``); None when no host-day has a current tier.
     ``usable``: a raw file's rows all pass the reader's time-sanity bounds; ``view_sql``:
     the reader's ``SELECT`` over raw files of a table; ``stage``: copies S3 objects;
     ``index``: the tier files' hashes stored by ``leakreport rollup``; ``note``: told
-    of stored host-days that are not read because another version made them."""
+    of stored host-days that are not read because another version made them; ``skip``:
+    tier files not to read (their rows cannot be), and why: ``left_out`` is told of each
+    (its path, and what became of its host-days)."""
     width = _width(None)
     try:
-        tier = current_tier(root, fs, date_ok, host_ok, width, index)
+        tier = current_tier(root, fs, date_ok, host_ok, width, index, skip=skip or {})
     except (OSError, RuntimeError):
         return None
+    for path, (table, held) in sorted(tier.left_out.items()):
+        # a tier file is read only where its raw files are (the sources hash): they are there
+        n = sum(date_ok(k[0]) and host_ok(layout.decode_host(k[1])) for k in held)
+        if left_out is not None:
+            left_out(
+                path,
+                f"{(skip or {})[path]}; a file of the stored rollup tier ({table}): its {n} "
+                "host-days are derived from raw samples instead; delete it, and "
+                "`leakreport rollup` stores them again",
+            )
     if tier.stale and note:
         days = sorted(tier.stale)
         note(
@@ -103,7 +150,9 @@ def attach(
         if not any(covered.values()):
             continue
         for tier_table, files in covered.items():
-            files, weeks = tierweek.localise(files, tier.weeks, stage if fs is not None else None)
+            files, weeks = tierweek.localise(
+                files, tier.weeks, stage if fs is not None else None, use.origin
+            )
             use.files[tier_table] = files
             use.weeks.update(weeks)
             con.execute(
@@ -143,10 +192,12 @@ def attach_opened(
     first_run: dict[str, dt.datetime],
     stage_dir: str | os.PathLike[str] | None,
     index: Index | None = None,
+    skip: dict[str, str] | None = None,
 ) -> TierUse | None:
     """:func:`attach` for :func:`analyzer.bucket.open_checked`: the finished host-days
-    of ``out``'s views are read from the stored rollup tier where it is current."""
-    from analyzer.bucket import SAMPLED_AT_RUN
+    of ``out``'s views are read from the stored rollup tier where it is current; the
+    files of ``skip`` are left out, named in ``out.skipped``."""
+    from analyzer.bucket import SAMPLED_AT_RUN, _shown
     from analyzer.staging import stage as _stage
     from analyzer.staging import temp_stage as _temp_stage
     from analyzer.views import raw_select
@@ -177,6 +228,8 @@ def attach_opened(
         lambda keys: _stage(s3, keys, stage_dir or _temp_stage()),
         index,
         out.notes.append,
+        skip,
+        lambda p, text: out.skipped.append(f"{_shown(bucket, p, s3)}: {text}"),
     )
 
 

@@ -120,10 +120,14 @@ def localise(
     files: dict[Key, str],
     weeks: dict[str, frozenset[Key]],
     stage: Callable[[list[str]], list[str]] | None,
+    origin: dict[str, str] | None = None,
 ) -> tuple[dict[Key, str], dict[str, frozenset[Key]]]:
-    """``files`` and the week files among them by their staged copies (S3), each once."""
+    """``files`` and the week files among them by their staged copies (S3), each once;
+    ``origin`` gets each copy's path in the bucket."""
     uniq = sorted(set(files.values()))
     local = dict(zip(uniq, stage(uniq) if stage is not None else uniq, strict=True))
+    if origin is not None:
+        origin.update((copy, p) for p, copy in local.items())
     return {k: local[p] for k, p in files.items()}, {local[p]: weeks[p] for p in uniq if p in weeks}
 
 

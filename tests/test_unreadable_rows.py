@@ -1,6 +1,7 @@
 """Files whose footer reads but whose rows do not (damaged pages): the analysis and the
 rollup name each one, leave it out, and go on (exit 3); what they find is what they find
-with the file gone. A damaged file of the stored tier is named with what to do."""
+with the file gone. A damaged file of the stored tier is named too, with what to do, and
+its host-days are derived from their raw samples instead."""
 
 from __future__ import annotations
 
@@ -62,23 +63,47 @@ def test_the_rollup_names_the_file_stores_the_rest_and_the_analysis_agrees(base,
     assert _findings(doc) == _findings(doc_gone)
 
 
-def test_a_damaged_file_of_the_stored_tier_is_named_with_what_to_do(base, tmp_path) -> None:
+def test_a_damaged_file_of_the_stored_tier_is_read_from_raw_samples_named(base, tmp_path) -> None:
     bucket = Path(shutil.copytree(base, tmp_path / "bucket"))
     assert _cli("rollup", str(bucket), "--before", "2030-01-01").returncode == 0
     r, before = _analyze(bucket)
     assert r.returncode == 0, r.stderr
     (week,) = (bucket / "tier_gpu_info_week").rglob("*.parquet")  # read by every analysis
     damage_pages(week)
-    r, _doc = _analyze(bucket)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert f"{week}: rows cannot be read" in r.stderr
-    assert "delete it, and `leakreport rollup` stores its host-days again" in r.stderr
-    week.unlink()  # as the message says: the analysis derives those host-days meanwhile
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr  # incomplete: named
+    (line,) = doc["run"]["incomplete"]
+    assert line.startswith(f"file left out: {week}: rows cannot be read"), line
+    assert "(tier_gpu_info): its 1 host-days are derived from raw samples instead" in line
+    assert "delete it, and `leakreport rollup` stores them again" in line
+    assert _findings(doc) == _findings(before)  # the host-day's raw samples say the same
+    week.unlink()  # as the line says
     r, after = _analyze(bucket)
     assert r.returncode == 0, r.stderr
     assert _findings(after) == _findings(before)
     assert _cli("rollup", str(bucket), "--before", "2030-01-01").returncode == 0
     assert list((bucket / "tier_gpu_info_week").rglob("*.parquet"))
+
+
+def test_a_damaged_file_read_only_by_the_charts_is_named(base, tmp_path) -> None:
+    """allocator_snapshots is first read by the chart series, after the rules."""
+    import pyarrow.parquet as pq
+
+    from collector.writer import BucketWriter
+
+    bucket = Path(shutil.copytree(base, tmp_path / "bucket"))
+    sample = next((bucket / "gpu_samples").rglob("*.parquet"))
+    first = pq.read_table(sample, columns=["ts", "host"]).slice(0, 1).to_pylist()[0]
+    rows = [{**first, "pid": 7 + i, "path": f"/snapshots/s{i}.pickle"} for i in range(500)]
+    (snap,) = BucketWriter(bucket, first["host"]).write("allocator_snapshots", rows)
+    r, whole = _analyze(bucket)
+    assert r.returncode == 0, r.stderr
+    damage_pages(Path(snap))
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    (line,) = doc["run"]["incomplete"]
+    assert line.startswith(f"file left out: {snap}: rows cannot be read"), line
+    assert _findings(doc) == _findings(whole)
 
 
 def test_only_errors_that_may_come_from_rows_are_checked_file_by_file() -> None:
@@ -107,6 +132,52 @@ def test_every_stored_table_with_damaged_rows_is_named(tiered, tmp_path, table) 
     bucket = Path(shutil.copytree(tiered, tmp_path / "bucket"))
     (week,) = (bucket / f"{table}_week").glob("date=2026-11-30/*/*.parquet")
     damage_pages(week)
-    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never", "-q")
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert f"{week}: rows cannot be read" in r.stderr
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    (line,) = doc["run"]["incomplete"]
+    assert line.startswith(f"file left out: {week}: rows cannot be read"), line
+    assert f"({table}): its " in line and "derived from raw samples instead" in line
+    _r, whole = _analyze(tiered)
+    assert _findings(doc) == _findings(whole)
+
+
+def test_damaged_objects_on_s3_are_named_by_their_keys(tmp_path) -> None:
+    """On S3 the files are read from staged copies: they are checked while the copies are
+    there, and the lines name the objects. A tier object's host-days come from raw samples."""
+    from motoserver import MOTO, s3_environ
+    from pyarrow import fs as pafs
+
+    from collector.store import s3_filesystem
+
+    if MOTO is None:
+        pytest.skip("moto[server] missing")
+    with s3_environ("leaktraces"):
+        bucket = "s3://leaktraces/rows"
+        simulate("fast-image-processor-leak", bucket, hosts=1, hours=30, seed=5, start=START)
+        tier.build(bucket, before=BEFORE)
+        r, before = _analyze(bucket)  # type: ignore[arg-type]
+        assert r.returncode == 0, r.stderr
+        fs = s3_filesystem()
+
+        def damage(folder: str) -> str:
+            infos = fs.get_file_info(pafs.FileSelector(f"leaktraces/rows/{folder}", recursive=True))
+            key = max((i for i in infos if i.path.endswith(".parquet")), key=lambda i: i.size).path
+            local = tmp_path / "obj.parquet"
+            local.write_bytes(fs.open_input_stream(key).read())
+            damage_pages(local)
+            with fs.open_output_stream(key) as f:
+                f.write(local.read_bytes())
+            return str(key)
+
+        key = damage("tier_gpu_info_week")
+        r, doc = _analyze(bucket)  # type: ignore[arg-type]
+        assert r.returncode == 3, r.stderr
+        (line,) = doc["run"]["incomplete"]
+        assert line.startswith(f"file left out: s3://{key}: rows cannot be read"), line
+        assert _findings(doc) == _findings(before)
+        raw = damage("log_lines")
+        r, doc = _analyze(bucket)  # type: ignore[arg-type]
+        assert r.returncode == 3, r.stderr
+        assert sorted(x.split(": rows cannot be read")[0] for x in doc["run"]["incomplete"]) == [
+            f"file left out: s3://{k}" for k in sorted([key, raw])
+        ]
