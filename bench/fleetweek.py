@@ -261,10 +261,11 @@ def _write(out: Path, name: str, day: datetime, host: str, df: pl.DataFrame, see
 
 
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    if not a:
-        sys.exit(__doc__)
-    res = generate(
-        Path(a[0]), int(a[1]) if len(a) > 1 else 125, days=int(a[2]) if len(a) > 2 else 7
-    )
-    print(json.dumps(res, indent=2))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the bucket folder to write")
+    ap.add_argument("hosts", type=int, nargs="?", default=125)
+    ap.add_argument("days", type=int, nargs="?", default=7)
+    args = ap.parse_args()
+    print(json.dumps(generate(args.out, args.hosts, days=args.days), indent=2))
