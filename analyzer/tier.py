@@ -165,13 +165,14 @@ class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
     ``stale``: host-days with a tier file made by other rollup SQL or settings and no
     current one of that table (never read: `leakreport rollup` makes them again);
     ``left_out``: each file left out (its rows cannot be read) -> its tier table and the
-    host-days it holds."""
+    host-days it holds; ``unreadable``: files whose footer cannot be read (not read)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
         self.stale: set[tuple[dt.date, str]] = set()
         self.left_out: dict[str, tuple[str, frozenset[tuple[dt.date, str]]]] = {}
+        self.unreadable: list[str] = []
 
 
 def current_tier(
@@ -205,6 +206,8 @@ def current_tier(
         if e.path in skip:
             out.left_out[e.path] = (tierweek.tier_of(e.table), frozenset(held))
             continue
+        if not sql:  # no footer (or not one of ours): the host-days it held are not stored
+            out.unreadable.append(e.path)
         if sql != want[tierweek.tier_of(e.table)]:  # stale: made by other SQL; never read
             for key in held:
                 stale.setdefault(key, set()).add(tierweek.tier_of(e.table))

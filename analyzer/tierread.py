@@ -118,6 +118,13 @@ def attach(
             "by other rollup SQL or settings (another leakreport version?): not read, "
             "derived from raw samples instead; `leakreport rollup` stores them again"
         )
+    if tier.unreadable and note:
+        note(
+            f"rollup tier: {len(tier.unreadable)} stored files cannot be read "
+            f"({'s3://' if fs is not None else ''}{tier.unreadable[0]} first): not read; "
+            "their host-days are derived from "
+            "raw samples, and `leakreport rollup` stores them again"
+        )
     if not tier:
         return None
     use = TierUse(width, 0, 0)

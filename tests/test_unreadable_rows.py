@@ -5,6 +5,7 @@ its host-days are derived from their raw samples instead."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -181,3 +182,20 @@ def test_damaged_objects_on_s3_are_named_by_their_keys(tmp_path) -> None:
         assert sorted(x.split(": rows cannot be read")[0] for x in doc["run"]["incomplete"]) == [
             f"file left out: s3://{k}" for k in sorted([key, raw])
         ]
+
+
+def test_a_tier_file_whose_footer_cannot_be_read_is_said_and_stored_again(tiered, tmp_path) -> None:
+    """Its host-days are derived from raw samples (same findings, exit 0) and the analysis
+    says so; the next rollup replaces it."""
+    bucket = Path(shutil.copytree(tiered, tmp_path / "bucket"))
+    (week,) = (bucket / "tier_gpu_buckets_week").glob("date=2026-11-30/*/*.parquet")
+    week.write_bytes(week.read_bytes()[:-30])
+    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never")
+    assert r.returncode == 0, r.stderr
+    assert f"rollup tier: 1 stored files cannot be read ({week} first): not read" in r.stderr
+    _r, whole = _analyze(tiered)
+    assert _findings(json.loads(r.stdout)) == _findings(whole)
+    assert _cli("rollup", str(bucket), "--before", BEFORE.isoformat()).returncode == 0
+    assert not week.exists() and list((bucket / "tier_gpu_buckets_week").rglob("*.parquet"))
+    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never")
+    assert r.returncode == 0 and "cannot be read" not in r.stderr, r.stderr
