@@ -141,6 +141,7 @@ class Opened:
     notes: list[str] = field(default_factory=list)  # said at the start of the analysis
     # every raw file the views read: the file read (staged, for S3) -> its bucket path
     paths: dict[str, str] = field(default_factory=dict)
+    unread: list[str] = field(default_factory=list)  # data in scope not analysed, and why
 
 
 def check_bucket(bucket: str | os.PathLike[str]) -> Any:

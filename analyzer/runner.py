@@ -373,6 +373,7 @@ def _analyze(
                 series.fill(con, doc)
             lap("series")
         doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
+        doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined
         return doc
     except (duckdb.Error, RuntimeError) as e:  # the rollups name their file in a RuntimeError

@@ -87,6 +87,7 @@ def attach(
     note: Callable[[str], None] | None = None,
     skip: dict[str, str] | None = None,
     left_out: Callable[[str, str], None] | None = None,
+    unread: Callable[[str], None] | None = None,
 ) -> TierUse | None:
     """Per source table, views over the current tier (host-days it covers) and over the
     raw files of the others (``<source>_rest``); None when no host-day has a current tier.
@@ -95,7 +96,8 @@ def attach(
     ``index``: the tier files' hashes stored by ``leakreport rollup``; ``note``: told
     of stored host-days that are not read because another version made them; ``skip``:
     tier files not to read (their rows cannot be), and why: ``left_out`` is told of each
-    (its path, and what became of its host-days)."""
+    (its path, and what became of its host-days); ``unread``: told of stored host-days
+    that are not analysed, their raw files gone."""
     width = _width(None)
     try:
         tier = current_tier(root, fs, date_ok, host_ok, width, index, skip=skip or {})
@@ -124,6 +126,14 @@ def attach(
             f"({'s3://' if fs is not None else ''}{tier.unreadable[0]} first): not read; "
             "their host-days are derived from "
             "raw samples, and `leakreport rollup` stores them again"
+        )
+    gone = _without_raw(tier, good)
+    if gone and unread is not None:
+        days = sorted(gone)
+        unread(
+            f"rollup tier: {len(days)} stored host-days ({days[0][0]} host={days[0][1]} "
+            f"first) have no readable raw files of {', '.join(sorted(set().union(*gone.values())))}: "
+            "not analysed (the tier is read only beside the raw files it was made from)"
         )
     if not tier:
         return None
@@ -187,6 +197,21 @@ def attach(
     return use
 
 
+def _without_raw(
+    tier: Any, good: dict[str, list[layout.FileCheck]]
+) -> dict[tuple[dt.date, str], set[str]]:
+    """The host-days the tier holds for a source table that has no raw files of that day
+    in the analysis (deleted, or left out), and which tables: the tier is read only where
+    its raw files are (sources hash), so their rows are not analysed."""
+    out: dict[tuple[dt.date, str], set[str]] = {}
+    for source in SOURCES:
+        raw = {(c.entry.day, c.entry.host_dir) for c in good.get(source, [])}
+        for key, cur in tier.items():
+            if key not in raw and all(t in cur for t in _of(source)):
+                out.setdefault(key, set()).add(source)
+    return out
+
+
 def attach_opened(
     out: Any,
     bucket: str | os.PathLike[str],
@@ -237,6 +262,7 @@ def attach_opened(
         out.notes.append,
         skip,
         lambda p, text: out.skipped.append(f"{_shown(bucket, p, s3)}: {text}"),
+        out.unread.append,
     )
 
 

@@ -199,3 +199,21 @@ def test_a_tier_file_whose_footer_cannot_be_read_is_said_and_stored_again(tiered
     assert not week.exists() and list((bucket / "tier_gpu_buckets_week").rglob("*.parquet"))
     r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never")
     assert r.returncode == 0 and "cannot be read" not in r.stderr, r.stderr
+
+
+def test_stored_host_days_whose_raw_files_are_gone_are_said_not_analysed(tiered, tmp_path) -> None:
+    """The tier is read only beside the raw files it was made from: a host-day whose raw
+    files of a table were deleted is not analysed, and the analysis says so (exit 3)."""
+    r, whole = _analyze(tiered)
+    assert r.returncode == 0 and not whole["run"]["incomplete"], r.stderr
+    bucket = Path(shutil.copytree(tiered, tmp_path / "bucket"))
+    (folder,) = (bucket / "metric_samples" / "date=2026-11-30").glob("host=cache-warmup*")
+    shutil.rmtree(folder)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    (line,) = doc["run"]["incomplete"]
+    assert line == (
+        "rollup tier: 1 stored host-days (2026-11-30 host=cache-warmup-00 first) have no "
+        "readable raw files of metric_samples: not analysed (the tier is read only beside "
+        "the raw files it was made from)"
+    )
