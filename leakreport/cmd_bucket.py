@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from analyzer import exitcodes
+from analyzer.bucketlock import BucketBusy, held
 from analyzer.progress import plural
 from leakreport.common import console, die, err, parse_date, verbosity_options
 
@@ -28,7 +29,8 @@ def compact(bucket: str, before: dt.date | None) -> None:
     sees the old files or the new one, never both; originals are deleted only
     after the new file's row count checks out. A file that does not match the
     schema (truncated, empty, foreign) is left as it is and named; the exit
-    code is then 3.
+    code is then 3. One compact or rollup at a time on a bucket folder: another
+    one running (a cron run that overran) is named, nothing is done, exit 3.
 
     \b
     Example (daily cron):
@@ -38,7 +40,10 @@ def compact(bucket: str, before: dt.date | None) -> None:
     from analyzer.compact import compact as run_compact
 
     try:
-        res = run_compact(bucket, before, progress=console())
+        with held(bucket, "leakreport compact"):
+            res = run_compact(bucket, before, progress=console())
+    except BucketBusy as e:
+        die(f"incomplete: {e}", exitcodes.INCOMPLETE)
     except (CompactError, OSError) as e:
         die(str(e))
     click.echo(
@@ -75,7 +80,9 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     trace files, the code or the packs changed), and stored only when the analysis
     is complete. Run it after `leakreport compact`. A raw file that does not match
     its schema, or a week file that cannot be written, is named on stderr, the rest
-    goes on, and the exit code is 3.
+    goes on, and the exit code is 3. One compact or rollup at a time on a bucket
+    folder: another one running (a cron run that overran) is named, nothing is
+    done, exit 3 (an S3 bucket has no lock: run one such job per bucket there).
 
     \b
     Example (daily cron):
@@ -85,18 +92,21 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     from analyzer.tier import build
 
     try:
-        res = build(bucket, before, progress=console())
+        with held(bucket, "leakreport rollup"):
+            res = build(bucket, before, progress=console())
+            click.echo(
+                f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
+                f"{plural(res.weeks, 'week file')} written"
+            )
+            for line in res.skipped:
+                err(f"leakreport: incomplete: left out: {line}")
+            for line in res.week_failures:
+                err(f"leakreport: incomplete: {line}")
+            store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
+    except BucketBusy as e:
+        die(f"incomplete: {e}", exitcodes.INCOMPLETE)
     except (BucketError, OSError, RuntimeError) as e:
         die(str(e))
-    click.echo(
-        f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
-        f"{plural(res.weeks, 'week file')} written"
-    )
-    for line in res.skipped:
-        err(f"leakreport: incomplete: left out: {line}")
-    for line in res.week_failures:
-        err(f"leakreport: incomplete: {line}")
-    store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
     if res.skipped or res.week_failures:
         raise SystemExit(exitcodes.INCOMPLETE)
 
