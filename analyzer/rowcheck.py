@@ -76,18 +76,35 @@ def left_out(e: RowsUnreadable, progress: Callable[[str], None]) -> dict[str, st
     return {{**e.paths, **e.tier}[p]: why for p, why in bad.items()}
 
 
+GROUP = 64  # files decoded together; a group that fails is halved until the bad ones are found
+
+
 def unreadable(paths: list[str], progress: Callable[[str], None] | None = None) -> dict[str, str]:
-    """path -> why, for each of ``paths`` whose rows cannot all be decoded."""
+    """path -> why, for each of ``paths`` whose rows cannot all be decoded. Files are
+    decoded a group of one table's at a time (one statement per file cost 12 s for 6,400
+    files), every column of every row hashed, so nothing is held; a group that fails
+    is halved until each failing file stands alone."""
     bad: dict[str, str] = {}
+    by_table: dict[str, list[str]] = {}
+    for p in paths:  # one table's files together: other tables' columns could clash
+        by_table.setdefault(p.rsplit("/date=", 1)[0], []).append(p)
+    todo = [fs[i : i + GROUP] for fs in by_table.values() for i in range(0, len(fs), GROUP)]
+    done, told = 0, 0
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
-        for i, p in enumerate(paths, 1):
+        while todo:
+            group = todo.pop()
             try:
-                con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS SELECT * FROM {parquet([p])}")
+                con.execute(f"SELECT max(hash(COLUMNS(*))) FROM {parquet(group)}").fetchall()
             except duckdb.Error as e:
-                bad[p] = f"rows cannot be read: {str(e).splitlines()[0][:300]}"
-            if progress and i % 500 == 0:
-                progress(f"checked the rows of {i} of {len(paths)} files")
+                if len(group) > 1:
+                    todo += [group[len(group) // 2 :], group[: len(group) // 2]]
+                    continue
+                bad[group[0]] = f"rows cannot be read: {str(e).splitlines()[0][:300]}"
+            done += len(group)
+            if progress and done - told >= 500:
+                told = done
+                progress(f"checked the rows of {done} of {len(paths)} files")
     return bad
 
 

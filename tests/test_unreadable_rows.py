@@ -107,6 +107,28 @@ def test_a_damaged_file_read_only_by_the_charts_is_named(base, tmp_path) -> None
     assert _findings(doc) == _findings(whole)
 
 
+def test_the_check_finds_every_damaged_file_among_many(tmp_path) -> None:
+    """Files are decoded in groups, halved where one fails: each damaged file is found,
+    side by side or alone, in either table, and no sound one is named."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = []
+    for table, n in (("gpu_samples", 150), ("metric_samples", 20)):
+        for i in range(n):
+            p = tmp_path / table / "date=2026-11-30" / "host=h" / f"{table}-{i:03d}.parquet"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({"v": list(range(i, i + 50)), "s": [f"x{i}"] * 50}), p)
+            paths.append(str(p))
+    damaged = {paths[70], paths[71], paths[149], paths[160]}
+    for p in damaged:
+        damage_pages(Path(p))
+    found = rowcheck.unreadable(paths)
+    assert set(found) == damaged
+    assert all(why.startswith("rows cannot be read: ") for why in found.values())
+    assert rowcheck.unreadable([p for p in paths if p not in damaged]) == {}
+
+
 def test_only_errors_that_may_come_from_rows_are_checked_file_by_file() -> None:
     assert rowcheck.may_be_rows(RuntimeError("01_gpu_buckets.sql: x")) is False  # no DuckDB cause
     for e in (duckdb.OutOfMemoryException("x"), duckdb.BinderException("x")):
