@@ -270,10 +270,12 @@ def analyze_local(
     if progress:
         sizes = sorted({len(g) for g in groups})
         size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+        whose = "1 host's" if batch_hosts == 1 else f"{batch_hosts} hosts'"
         progress(
-            f"{len(hosts)} hosts: analysing them in {len(groups)} batches of {size} hosts "
-            f"(--batch-hosts {batch_hosts}: a batch holds at most {batch_hosts} hosts' weeks "
-            "of raw samples; a host-day stored in the rollup tier weighs an eighth of a raw one)"
+            f"{len(hosts)} hosts: analysing them in {len(groups)} batches of {size} "
+            f"{'host' if size == '1' else 'hosts'} "
+            f"(--batch-hosts {batch_hosts}: a batch holds at most {whose} weeks of raw samples; "
+            "a host-day stored in the rollup tier weighs an eighth of a raw one)"
         )
         if memory_limit:
             from analyzer.memory import budget_note

@@ -3,8 +3,9 @@
 Opening a bucket checks every file's footer; a file can have a sound footer over pages
 that are not (a disk or copy that damaged them, a tool that wrote them wrong). A
 statement that reads such a file fails without naming it. Only then are the files the
-statement could have read decoded one by one, in a connection of their own, so that the
-analysis can leave out the ones that fail, say so, and go on (:mod:`analyzer.runner`).
+statement could have read decoded (in groups, halved where one fails), in a connection of
+their own, so that the analysis can leave out the ones that fail, say so, and go on
+(:mod:`analyzer.runner`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def left_out(e: RowsUnreadable, progress: Callable[[str], None]) -> dict[str, st
     stored tier too: its host-days are then derived from raw samples); the failure
     itself again where none is found."""
     n = len(e.paths) + len(e.tier)
-    progress(f"reading rows failed ({e}): checking the rows of the {n} files read, one by one")
+    progress(f"reading rows failed ({e}): checking the rows of the {n} files read")
     bad = unreadable([*e.paths, *sorted(e.tier)], progress)
     if not bad:
         raise e.error

@@ -103,13 +103,13 @@ def attach(
         tier = current_tier(root, fs, date_ok, host_ok, width, index, skip=skip or {})
     except (OSError, RuntimeError):
         return None
-    for path, (table, held) in sorted(tier.left_out.items()):
-        # a tier file is read only where its raw files are (the sources hash): they are there
-        n = sum(date_ok(k[0]) and host_ok(layout.decode_host(k[1])) for k in held)
+    for path, (table, _held) in sorted(tier.left_out.items()):
+        # a tier file is read only where its raw files are (the sources hash): they are there.
+        # No count of its host-days: each batch of hosts would give another
         if left_out is not None:
             left_out(
                 path,
-                f"{(skip or {})[path]}; a file of the stored rollup tier ({table}): its {n} "
+                f"{(skip or {})[path]}; a file of the stored rollup tier ({table}): its "
                 "host-days are derived from raw samples instead; delete it, and "
                 "`leakreport rollup` stores them again",
             )

@@ -75,7 +75,7 @@ def test_a_damaged_file_of_the_stored_tier_is_read_from_raw_samples_named(base, 
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr  # incomplete: named
     (line,) = doc["run"]["incomplete"]
     assert line.startswith(f"file left out: {week}: rows cannot be read"), line
-    assert "(tier_gpu_info): its 1 host-days are derived from raw samples instead" in line
+    assert "(tier_gpu_info): its host-days are derived from raw samples instead" in line
     assert "delete it, and `leakreport rollup` stores them again" in line
     assert _findings(doc) == _findings(before)  # the host-day's raw samples say the same
     week.unlink()  # as the line says
@@ -239,3 +239,19 @@ def test_stored_host_days_whose_raw_files_are_gone_are_said_not_analysed(tiered,
         "readable raw files of metric_samples: not analysed (the tier is read only beside "
         "the raw files it was made from)"
     )
+
+
+def test_host_batches_name_a_damaged_tier_file_once(tiered, tmp_path) -> None:
+    """Each batch of hosts meets the week file (it holds every host): one line for it."""
+    bucket = Path(shutil.copytree(tiered, tmp_path / "bucket"))
+    # a third host, raw, named between the two: each batch holds a host of the week file
+    simulate("cuda-context-leak", bucket, hosts=1, hours=40, seed=11, start=START)
+    (week,) = (bucket / "tier_gpu_info_week").glob("date=2026-11-30/*/*.parquet")
+    damage_pages(week)
+    r = _cli("analyze", str(bucket), "--format", "json", "--fail-on", "never", "--batch-hosts", "1")
+    assert r.returncode == 3, r.stderr
+    assert "3 hosts: analysing them in 3 batches of 1 host (--batch-hosts 1: " in r.stderr
+    assert "a batch holds at most 1 host's weeks of raw samples" in r.stderr
+    assert r.stderr.count("reading rows failed") == 2  # both batches read the week file
+    (line,) = json.loads(r.stdout)["run"]["incomplete"]
+    assert line.startswith(f"file left out: {week}: rows cannot be read"), line
