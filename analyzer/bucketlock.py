@@ -17,6 +17,8 @@ import fcntl
 import os
 from collections.abc import Iterator
 
+from collector.store import is_s3
+
 LOCK = ".leakreport-writer.lock"
 
 
@@ -28,7 +30,7 @@ class BucketBusy(Exception):
 def held(bucket: str | os.PathLike[str], what: str) -> Iterator[None]:
     """Hold the bucket folder's writer lock for ``what`` (e.g. "leakreport rollup");
     BucketBusy naming the holder when another process has it. Nothing on S3."""
-    if str(bucket).startswith("s3://") or not os.path.isdir(bucket):
+    if is_s3(bucket) or not os.path.isdir(bucket):
         yield  # not a folder: the command says what is wrong with it
         return
     path = os.path.join(bucket, LOCK)

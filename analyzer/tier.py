@@ -164,14 +164,14 @@ class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
     ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`);
     ``stale``: host-days with a tier file made by other rollup SQL or settings and no
     current one of that table (never read: `leakreport rollup` makes them again);
-    ``left_out``: each file left out (its rows cannot be read) -> its tier table and the
-    host-days it holds; ``unreadable``: files whose footer cannot be read (not read)."""
+    ``left_out``: each file left out (its rows cannot be read) -> its tier table;
+    ``unreadable``: files whose footer cannot be read (not read)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
         self.stale: set[tuple[dt.date, str]] = set()
-        self.left_out: dict[str, tuple[str, frozenset[tuple[dt.date, str]]]] = {}
+        self.left_out: dict[str, str] = {}
         self.unreadable: list[str] = []
 
 
@@ -202,13 +202,13 @@ def current_tier(
     weeks: list[tuple[layout.Entry, str]] = []
     stale: dict[tuple[dt.date, str], set[str]] = {}
     for e, (sql, sources) in zip(entries, metas, strict=True):
-        held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
         if e.path in skip:
-            out.left_out[e.path] = (tierweek.tier_of(e.table), frozenset(held))
+            out.left_out[e.path] = tierweek.tier_of(e.table)
             continue
         if not sql:  # no footer (or not one of ours): the host-days it held are not stored
             out.unreadable.append(e.path)
         if sql != want[tierweek.tier_of(e.table)]:  # stale: made by other SQL; never read
+            held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
             for key in held:
                 stale.setdefault(key, set()).add(tierweek.tier_of(e.table))
             continue

@@ -103,7 +103,9 @@ def attach(
         tier = current_tier(root, fs, date_ok, host_ok, width, index, skip=skip or {})
     except (OSError, RuntimeError):
         return None
-    for path, (table, _held) in sorted(tier.left_out.items()):
+    from analyzer.bucket import _shown
+
+    for path, table in sorted(tier.left_out.items()):
         # a tier file is read only where its raw files are (the sources hash): they are there.
         # No count of its host-days: each batch of hosts would give another
         if left_out is not None:
@@ -123,7 +125,7 @@ def attach(
     if tier.unreadable and note:
         note(
             f"rollup tier: {len(tier.unreadable)} stored files cannot be read "
-            f"({'s3://' if fs is not None else ''}{tier.unreadable[0]} first): not read; "
+            f"({_shown(root, tier.unreadable[0], fs)} first): not read; "
             "their host-days are derived from "
             "raw samples, and `leakreport rollup` stores them again"
         )
