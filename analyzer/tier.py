@@ -318,29 +318,23 @@ def build(
                 _delete_old(root, fs, _of(source), day, host_dir, hashes, src_hash)
                 if progress:
                     progress(f"tier {day} host={host_dir}: {source} derived from {len(good)} files")
-            try:
-                joint = tierjoint.derive(
-                    con,
-                    bucket,
-                    root,
-                    fs,
-                    day,
-                    host_dir,
-                    good_of,
-                    have,
-                    stmts,
-                    width,
-                    hashes,
-                    stage,
-                    fresh,
-                    progress,
-                )
-            except duckdb.Error as e:
-                if not rowcheck.may_be_rows(e):
-                    raise
-                joint = False
-                res.skipped.append(f"the idle segments of {day} host={host_dir} not stored: {e}")
-            if joint:
+            if tierjoint.derive(
+                con,
+                bucket,
+                root,
+                fs,
+                day,
+                host_dir,
+                good_of,
+                have,
+                stmts,
+                width,
+                hashes,
+                stage,
+                fresh,
+                progress,
+                res.skipped,
+            ):
                 built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
     if weeks:

@@ -55,11 +55,14 @@ def derive(
     stage: str,
     fresh: set[str],
     progress: Callable[[str], None] | None,
+    skipped: list[str],
 ) -> bool:
     """Derive the joint tier tables of one finished host-day where missing or stale; True
     when one was (``con`` made ready by :func:`prepare`). ``fresh``: rollup tables of the
     chain that ``con`` holds for this
-    host-day already (just derived for the one-source tier), not derived again. The server
+    host-day already (just derived for the one-source tier), not derived again. A table
+    whose raw files' rows cannot be read is not stored: each such file is named in
+    ``skipped``. The server
     log lines of a host-day are parsed alone: a record wrapped across the midnight of a
     collection (a batch-stats line is one line) would be parsed otherwise than with the
     day before."""
@@ -80,23 +83,32 @@ def derive(
         if cur is not None and cur[1] == src_hash:
             continue
         steps = tier.chain(tier_table, stmts)
+        read: list[str] = []  # as read, beside ``entries``
         for s in sources:
             paths = [e.path for e in good_of.get((s, day, host_dir), [])]
             if paths and fs is not None:
                 paths = _stage(fs, paths, stage)
+            read += paths
             sql = (
                 raw_select(con, s, paths, "")
                 if paths
                 else f"SELECT * FROM __empty_{s}"  # a day with no metrics: none
             )
             con.execute(f"CREATE OR REPLACE VIEW {s} AS {sql}")
-        logevents.build(con)  # the day's own lines
-        for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True):
-            if t in fresh:
-                continue
-            refs = referenced_params(stmt)
-            con.execute(stmt, {k: params[k] for k in refs} if refs else None)
-        data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
+        try:
+            logevents.build(con)  # the day's own lines
+            for t, stmt in zip(tier.JOINT_CHAIN, steps, strict=True):
+                if t in fresh:
+                    continue
+                refs = referenced_params(stmt)
+                con.execute(stmt, {k: params[k] for k in refs} if refs else None)
+            data = to_arrow(con.sql(f"SELECT * FROM {table} ORDER BY ALL"))
+        except duckdb.Error as e:  # rows that cannot be read: name the file, go on
+            if not rowcheck.may_be_rows(e):
+                raise
+            what = f"the {table} of {day} host={host_dir}"
+            skipped += rowcheck.not_stored([x.path for x in entries], read, e, what)
+            continue
         extra = {
             tier.HASH_KEY: hashes[tier_table].encode(),
             tier.SOURCES_KEY: src_hash.encode(),
