@@ -129,7 +129,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
         die(f"storing the week findings: {e}")
     err(
         f"week findings: {plural(res.stored, 'week')} stored, {res.current} already current, "
-        f"{len(res.unclean)} not stored (incomplete analysis)"
+        f"{len(res.unclean)} not stored" + (" (incomplete analysis)" if res.unclean else "")
     )
     for line in res.unclean:
         err(f"leakreport: week not stored: {line}")

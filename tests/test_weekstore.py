@@ -206,7 +206,7 @@ def test_a_corrupt_stored_document_is_a_warning(bucket, analysed_page) -> None:
 
 def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     r = rollup(bucket, "2026-11-27")  # W48 runs to the 29th: unfinished
-    assert "1 week stored, 0 already current, 0 not stored" in r.stderr
+    assert "1 week stored, 0 already current, 0 not stored\n" in r.stderr  # no reason given
     assert sorted(store_state(bucket)) == [f"{W47}.json"]
     # a week of now is never stored, whatever --before says
     from simulator.generate import simulate
@@ -223,7 +223,7 @@ def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     bad.write_bytes(b"not parquet")
     r = run("rollup", str(bucket), "--before", BEFORE)
     assert r.exit_code == 3, r.stderr  # the tier says the file is left out
-    assert "1 week stored, 0 already current, 1 not stored" in r.stderr
+    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stderr
     assert f"week not stored: {W47}: file left out:" in r.stderr
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
 
@@ -238,7 +238,7 @@ def test_a_week_with_quarantined_rows_is_not_stored(bucket) -> None:
         "gpu_samples", [{**row, "memory_used_bytes": 1}]
     )
     r = rollup(bucket)
-    assert "1 week stored, 0 already current, 1 not stored" in r.stderr
+    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stderr
     assert (
         f"week not stored: {W47}: fast-image-processor-leak-00: 1 gpu_samples row(s) quarantined"
         in r.stderr
