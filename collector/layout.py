@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -391,14 +392,33 @@ def _time_range(md: pq.FileMetaData, col: int) -> tuple[dt.datetime | None, dt.d
     return lo, hi
 
 
+# local footers are read one after another while each takes less than this: reading one
+# from the page cache is mostly parsing, which holds the GIL, and threads on few cores
+# only contend for it (4,375 files on 2 cores: 0.9 s in turn against 1.7 s on 8 threads)
+SLOW_FOOTER_S = 0.001
+PROBE_FILES = 32  # footers read in turn before the time per footer is judged
+
+
 def check_all(entries: list[Entry], fs: Any = None, threads: int = 8) -> list[FileCheck]:
-    """:func:`check_file` for many files, footers read in parallel (I/O bound)."""
-    if len(entries) < 16:
-        return [check_file(e, fs) for e in entries]
+    """:func:`check_file` for many files, in their order. An object store's footers are read
+    in parallel; a folder's in turn, unless the first :data:`PROBE_FILES` show each read
+    waiting on I/O (a network mount): then the rest in parallel."""
+    head: list[FileCheck] = []
+    if fs is None:
+        t0 = time.perf_counter()
+        for e in entries:
+            head.append(check_file(e))
+            if len(head) == PROBE_FILES:
+                if (time.perf_counter() - t0) / PROBE_FILES <= SLOW_FOOTER_S:
+                    head += [check_file(x) for x in entries[PROBE_FILES:]]
+                break
+    rest = entries[len(head) :]
+    if len(rest) < 16:
+        return head + [check_file(e, fs) for e in rest]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(threads) as ex:
-        return list(ex.map(lambda e: check_file(e, fs), entries))
+        return head + list(ex.map(lambda e: check_file(e, fs), rest))
 
 
 def one_schema(checks: list[FileCheck]) -> bool:

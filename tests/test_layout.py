@@ -279,3 +279,41 @@ def test_remove_tolerates_a_file_already_gone_and_prunes_empty_folders(tmp_path)
     assert keep.is_dir()
     with pytest.raises(IsADirectoryError):
         remove(str(table / "date=2026-12-01"))  # not a file: a real error
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.003])
+def test_a_folder_s_footers_are_read_in_turn_unless_each_waits_on_io(
+    tmp_path, monkeypatch, delay
+) -> None:
+    """Fast footer reads (the page cache) stay on the calling thread, where threads would
+    only contend for the GIL; slow ones (a network mount: here, each read made to wait 3 ms)
+    go parallel after the probe. Either way every file is checked once, in order."""
+    import threading
+    import time
+
+    w = BucketWriter(tmp_path, "h")
+    for i in range(layout.PROBE_FILES + 40):
+        w.write("gpu_samples", _rows(2, start=T0 + dt.timedelta(minutes=i)))
+    entries = layout.list_entries(str(tmp_path), "gpu_samples")
+    assert len(entries) == layout.PROBE_FILES + 40
+    real = layout.check_file
+    seen: list[tuple[str, int]] = []
+
+    def check(e: layout.Entry, fs: object = None) -> layout.FileCheck:
+        time.sleep(delay)
+        seen.append((e.name, threading.get_ident()))
+        return real(e, fs)
+
+    monkeypatch.setattr(layout, "check_file", check)
+    checks = layout.check_all(entries)
+    assert [c.entry for c in checks] == entries
+    assert all(c.problem is None and c.rows == 2 for c in checks)
+    assert sorted(n for n, _ in seen) == sorted(e.name for e in entries)  # each once
+    me = threading.get_ident()
+    probe = {t for n, t in seen[: layout.PROBE_FILES]}
+    rest = {t for n, t in seen[layout.PROBE_FILES :]}
+    assert probe == {me}
+    if delay:
+        assert me not in rest and len(rest) > 1  # the pool's threads
+    else:
+        assert rest == {me}
