@@ -113,7 +113,8 @@ def rollup(bucket: str, before: dt.date | None) -> None:
 
 def store_weeks(bucket: str, before: dt.date) -> Any:
     """The findings of finished weeks, analysed as `leakreport fleet` would (default
-    options) where the stored ones are missing or stale; counts on stderr."""
+    options) where the stored ones are missing or stale; counts on stdout, weeks not
+    stored on stderr."""
     from analyzer import weekstore
     from leakreport.common import AnalysisOptions, run_analysis
 
@@ -127,7 +128,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
         res = weekstore.store_finished(bucket, before, analyse, weekstore.settings(opts), err)
     except OSError as e:
         die(f"storing the week findings: {e}")
-    err(
+    click.echo(  # the command's result, as the tier's line is: -q leaves stderr to errors
         f"week findings: {plural(res.stored, 'week')} stored, {res.current} already current, "
         f"{len(res.unclean)} not stored" + (" (incomplete analysis)" if res.unclean else "")
     )

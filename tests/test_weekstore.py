@@ -74,7 +74,11 @@ def store_state(bucket: Path) -> dict[str, tuple[int, int]]:
 
 def test_rollup_stores_finished_weeks_and_the_page_is_the_same(bucket, analysed_page) -> None:
     r = rollup(bucket)
-    assert "week findings: 2 weeks stored, 0 already current, 0 not stored" in r.stderr
+    assert "week findings: 2 weeks stored, 0 already current, 0 not stored" in r.stdout
+    # a daily cron run with -q: the counts on stdout, nothing on stderr when all went well
+    r = run("rollup", str(bucket), "--before", BEFORE, "-q")
+    assert r.exit_code == 0 and r.stderr == "", r.stderr
+    assert "week findings: 0 weeks stored, 2 already current, 0 not stored" in r.stdout
     assert sorted(store_state(bucket)) == [f"{W47}.json", f"{W48}.json"]
     stored = json.loads((bucket / weekstore.STORE_DIR / f"{W48}.json").read_text())
     assert stored["document"]["run"]["since"] == "2026-11-23"
@@ -91,7 +95,7 @@ def test_rollup_stores_finished_weeks_and_the_page_is_the_same(bucket, analysed_
     assert f"generated {stamp} (findings stored by leakreport rollup)" in html
     assert store_state(bucket) == before, "fleet never writes"
     again = rollup(bucket)
-    assert "0 weeks stored, 2 already current" in again.stderr
+    assert "0 weeks stored, 2 already current" in again.stdout
     assert store_state(bucket) == before
 
 
@@ -126,7 +130,7 @@ def test_a_touched_or_added_raw_file_is_analysed_again(bucket) -> None:
     assert sources(r) == {W48: "analysed", W47: "stored findings"}
     assert store_state(bucket) == state, "fleet never writes"
     r = rollup(bucket)
-    assert "1 week stored, 1 already current" in r.stderr
+    assert "1 week stored, 1 already current" in r.stdout
     shutil.copy(f, f.with_name("gpu_samples-late-copy.parquet"))  # a late file of W48
     r, _html = fleet(bucket)
     assert sources(r)[W48] == "analysed"
@@ -206,7 +210,7 @@ def test_a_corrupt_stored_document_is_a_warning(bucket, analysed_page) -> None:
 
 def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     r = rollup(bucket, "2026-11-27")  # W48 runs to the 29th: unfinished
-    assert "1 week stored, 0 already current, 0 not stored\n" in r.stderr  # no reason given
+    assert "1 week stored, 0 already current, 0 not stored\n" in r.stdout  # no reason given
     assert sorted(store_state(bucket)) == [f"{W47}.json"]
     # a week of now is never stored, whatever --before says
     from simulator.generate import simulate
@@ -223,7 +227,7 @@ def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     bad.write_bytes(b"not parquet")
     r = run("rollup", str(bucket), "--before", BEFORE)
     assert r.exit_code == 3, r.stderr  # the tier says the file is left out
-    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stderr
+    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stdout
     assert f"week not stored: {W47}: file left out:" in r.stderr
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
 
@@ -238,7 +242,7 @@ def test_a_week_with_quarantined_rows_is_not_stored(bucket) -> None:
         "gpu_samples", [{**row, "memory_used_bytes": 1}]
     )
     r = rollup(bucket)
-    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stderr
+    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stdout
     assert (
         f"week not stored: {W47}: fast-image-processor-leak-00: 1 gpu_samples row(s) quarantined"
         in r.stderr
@@ -261,7 +265,7 @@ def test_on_s3(tmp_path) -> None:
         simulate("fast-image-processor-leak", bucket, hosts=1, hours=3, seed=5, start=start)
         r = run("rollup", bucket, "--before", BEFORE)
         assert r.exit_code == 0, r.stderr
-        assert "1 week stored, 0 already current" in r.stderr
+        assert "1 week stored, 0 already current" in r.stdout
         fs = s3_filesystem()
         key = f"weeks/traces/{weekstore.STORE_DIR}/{W48}.json"
         assert json.loads(fs.open_input_stream(key).read())["week"] == W48
