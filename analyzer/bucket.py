@@ -41,7 +41,7 @@ from analyzer.timesanity import (
 )
 from analyzer.views import raw_select
 from analyzer.views import sql_list as _sql_list
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import TABLES
 from collector.store import is_s3, root_of, s3_filesystem, s3_root
 
@@ -108,13 +108,13 @@ def checked_files(
     scope: Scope,
     fs: Any = None,
     index: tierindex.Index | None = None,
-) -> tuple[list[layout.FileCheck], list[layout.FileCheck]]:
+) -> tuple[list[filecheck.FileCheck], list[filecheck.FileCheck]]:
     """(readable files of a table in scope, files left out because they do not match);
     ``index``: the footer checks the last ``leakreport rollup`` stored."""
     entries = layout.list_entries(root_of(bucket, fs), table, fs, scope.date_ok, scope.host_ok)
     if index is None:
-        return layout.live(layout.check_all(entries, fs))
-    return layout.live(index.checks(entries, lambda es: layout.check_all(es, fs)))
+        return filecheck.live(filecheck.check_all(entries, fs))
+    return filecheck.live(index.checks(entries, lambda es: filecheck.check_all(es, fs)))
 
 
 @dataclass
@@ -192,7 +192,7 @@ def open_checked(
         out.readable_dirs.append(os.path.abspath(stage_dir))
     else:
         out.readable_dirs.append(os.path.abspath(path))
-    good: dict[str, list[layout.FileCheck]] = {}
+    good: dict[str, list[filecheck.FileCheck]] = {}
     from analyzer import tierread
 
     index = tierindex.stored(root_of(bucket, s3), s3)
@@ -246,7 +246,7 @@ def open_checked(
         parts[name] = (" WHERE " + " AND ".join(where)) if where else ""
         with _reading(bucket, name):
             # binds the view, reading every footer: an unreadable file fails here already
-            sql = raw_select(con, name, files, parts[name], alike=layout.one_schema(good[name]))
+            sql = raw_select(con, name, files, parts[name], alike=filecheck.one_schema(good[name]))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             if sane:
                 out.quarantined += count_quarantined(con, name, files, sane, scope)
@@ -273,7 +273,7 @@ def _reading(bucket: str | os.PathLike[str], name: str) -> Iterator[None]:
 
 
 def _pod_view(
-    con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], files: list[str], cond: str
+    con: duckdb.DuckDBPyConnection, checks: list[filecheck.FileCheck], files: list[str], cond: str
 ) -> None:
     """``gpu_pod_samples``: the device samples of the files whose footers show a pod
     name (the rows of ``gpu_samples`` that can have one), so that finding the pods reads
@@ -282,13 +282,13 @@ def _pod_view(
     if not mine:
         con.execute("CREATE OR REPLACE TABLE gpu_pod_samples AS SELECT * FROM gpu_samples LIMIT 0")
         return
-    alike = layout.one_schema([c for c, _f in mine])
+    alike = filecheck.one_schema([c for c, _f in mine])
     sql = raw_select(con, "gpu_samples", [f for _c, f in mine], cond, alike=alike)
     con.execute(f"CREATE OR REPLACE VIEW gpu_pod_samples AS {sql}")
 
 
 def footer_hosts(
-    good: dict[str, list[layout.FileCheck]], parts: dict[str, str]
+    good: dict[str, list[filecheck.FileCheck]], parts: dict[str, str]
 ) -> dict[str, set[str]]:
     """Per table whose view reads its files whole (no scope or quarantine condition) and
     whose every file's footer names one host for all rows: the hosts it has rows of."""
@@ -300,7 +300,7 @@ def footer_hosts(
     return out
 
 
-def samples_span(files: list[layout.FileCheck], hi: dt.datetime) -> float | None:
+def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | None:
     """Seconds from the first to the last device sample, from the files' footers
     (samples past ``hi`` are quarantined and do not count); None when unknown."""
     lo_t = [c.ts_min for c in files if c.ts_min is not None and c.ts_min <= hi]

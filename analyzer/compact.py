@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import TABLES, table
 from collector.store import is_s3, remove, s3_filesystem, s3_root
 from collector.writer import to_arrow, write_compacted
@@ -83,12 +83,12 @@ def compact_group(
     skipped: list[str] | None = None,
 ) -> tuple[int, int, int]:
     """One folder: (files before, files after, rows merged)."""
-    checks = layout.check_all(entries, fs)
-    gone = layout.replaced_names(checks)
+    checks = filecheck.check_all(entries, fs)
+    gone = filecheck.replaced_names(checks)
     for c in checks:  # finish what a crashed run left: originals already replaced
         if (c.entry.folder, c.entry.name) in gone:
             remove(c.entry.path, fs)
-    good, bad = layout.live(checks)
+    good, bad = filecheck.live(checks)
     prefix = "s3://" if fs is not None else ""
     if skipped is not None:
         skipped += [f"{prefix}{c.entry.path}: {c.problem}" for c in bad]

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from analyzer import rollup, rowcheck, tierindex, tierweek
 from analyzer.packs import referenced_params
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import SCHEMA_VERSION
 from collector.store import remove, s3_root
 
@@ -288,8 +288,8 @@ def build(
         for (day, host_dir), of_day in sorted(by_day.items()):
             fresh: set[str] = set()  # rollup tables derived for this host-day, still in con
             for source, entries in sorted(of_day):
-                checked = index.checks(entries, lambda es: layout.check_all(es, fs))
-                good, bad = layout.live(checked)
+                checked = index.checks(entries, lambda es: filecheck.check_all(es, fs))
+                good, bad = filecheck.live(checked)
                 res.skipped += [f"{c.entry.path}: {c.problem}" for c in bad]
                 if not good:
                     continue

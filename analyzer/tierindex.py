@@ -1,7 +1,7 @@
 """The footer-check index of finished host-days: opening a bucket reads no footer twice.
 
 Opening a bucket checks every raw file's footer against the schema
-(:func:`collector.layout.check_file`) and reads every tier file's hash and sources. For
+(:func:`collector.filecheck.check_file`) and reads every tier file's hash and sources. For
 finished host-days these never change, so ``leakreport rollup`` (:func:`refresh`) stores
 them in one file per day, ``<bucket>/tier_index/<YYYY-MM-DD>.json``, read only when an
 analysis lists a file of that day (a week of a month-long bucket reads seven): per file
@@ -21,7 +21,7 @@ new time, and usually a new name as well.
 
 Each day's file is written atomically (a temporary file renamed; one PUT on S3), and only
 when its entries changed. One that is unreadable, of another format, or made for another
-schema or check version (:func:`collector.layout.check_fingerprint`) is ignored: footers
+schema or check version (:func:`collector.filecheck.check_fingerprint`) is ignored: footers
 are read as if it were not there, so it can make an analysis slower, never different.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import TABLES
 from collector.store import read_small, remove, write_small
 
@@ -56,7 +56,7 @@ def _time(us: int | None) -> dt.datetime | None:
     return None if us is None else (_EPOCH + us * _US).astimezone(dt.UTC)
 
 
-def _encode(c: layout.FileCheck) -> list[Any]:
+def _encode(c: filecheck.FileCheck) -> list[Any]:
     return [
         c.problem,
         c.rows,
@@ -69,9 +69,9 @@ def _encode(c: layout.FileCheck) -> list[Any]:
     ]
 
 
-def _decode(entry: layout.Entry, v: list[Any]) -> layout.FileCheck:
+def _decode(entry: layout.Entry, v: list[Any]) -> filecheck.FileCheck:
     problem, rows, lo, hi, replaces, host, shape, pods = v
-    return layout.FileCheck(
+    return filecheck.FileCheck(
         entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host, shape, bool(pods)
     )
 
@@ -120,11 +120,11 @@ class Index:
     def checks(
         self,
         entries: list[layout.Entry],
-        read: Callable[[list[layout.Entry]], list[layout.FileCheck]],
-    ) -> list[layout.FileCheck]:
+        read: Callable[[list[layout.Entry]], list[filecheck.FileCheck]],
+    ) -> list[filecheck.FileCheck]:
         """Each entry's footer check: from the index where its key matches, else ``read``
         (whose results are remembered for :func:`save`)."""
-        out: list[layout.FileCheck | None] = []
+        out: list[filecheck.FileCheck | None] = []
         for day in {e.day for e in entries}:
             self._day(day)
         keys = [self._key(e) for e in entries]
@@ -170,7 +170,7 @@ def _location(root: str, fs: Any, name: str) -> str:
 
 
 def _header() -> dict[str, Any]:
-    return {"format": INDEX_FORMAT, "checks": layout.check_fingerprint()}
+    return {"format": INDEX_FORMAT, "checks": filecheck.check_fingerprint()}
 
 
 def _read_day(
@@ -264,7 +264,7 @@ def refresh(
     base = root.rstrip("/") + "/"
     for name in TABLES:
         entries = layout.list_entries(root, name, fs, finished)
-        idx.checks(entries, lambda es: layout.check_all(es, fs))
+        idx.checks(entries, lambda es: filecheck.check_all(es, fs))
         live |= {e.path[len(base) :] for e in entries}
     for name in tier_tables:
         entries = layout.list_entries(root, name, fs, finished)

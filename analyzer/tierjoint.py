@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from analyzer import rowcheck, tier, tierweek
 from analyzer.packs import referenced_params
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import TABLES
 
 if TYPE_CHECKING:
@@ -125,8 +125,8 @@ def derive(
 def cover(
     con: duckdb.DuckDBPyConnection,
     current: tier.Current,
-    checks: dict[str, list[layout.FileCheck]],
-    ok: Callable[[layout.FileCheck], bool],
+    checks: dict[str, list[filecheck.FileCheck]],
+    ok: Callable[[filecheck.FileCheck], bool],
     stage: Callable[[list[str]], list[str]] | None,
     use: TierUse,
 ) -> None:
@@ -134,7 +134,7 @@ def cover(
     raw file of every source passes ``ok``, and the table ``idle_cover`` of those host-days
     (empty when none)."""
     con.execute(COVER_SQL)
-    by_key: dict[tuple[str, tuple[dt.date, str]], list[layout.FileCheck]] = {}
+    by_key: dict[tuple[str, tuple[dt.date, str]], list[filecheck.FileCheck]] = {}
     for name, cs in checks.items():
         for c in cs:
             by_key.setdefault((name, (c.entry.day, c.entry.host_dir)), []).append(c)

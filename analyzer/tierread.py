@@ -29,7 +29,7 @@ from analyzer.tier import (
     sources_hash,
 )
 from analyzer.tierindex import Index
-from collector import layout
+from collector import filecheck, layout
 from collector.store import root_of
 
 
@@ -65,7 +65,7 @@ def check_joint(con: duckdb.DuckDBPyConnection, params: dict[str, Any], use: Tie
             con.execute("DELETE FROM idle_cover")
 
 
-def _aligned(c: layout.FileCheck) -> bool:
+def _aligned(c: filecheck.FileCheck) -> bool:
     """Every row of the file lies within its folder's day (so no rollup group of one
     day can take rows from another day's files)."""
     lo = dt.datetime.combine(c.entry.day, dt.time(), dt.UTC)
@@ -76,11 +76,11 @@ def attach(
     con: duckdb.DuckDBPyConnection,
     root: str,
     fs: Any,
-    good: dict[str, list[layout.FileCheck]],
+    good: dict[str, list[filecheck.FileCheck]],
     local: dict[str, list[str]],
     date_ok: layout.DateOk,
     host_ok: layout.HostOk,
-    usable: Callable[[layout.FileCheck], bool],
+    usable: Callable[[filecheck.FileCheck], bool],
     view_sql: Callable[[str, list[str]], str],
     stage: Callable[[list[str]], list[str]],
     index: Index | None = None,
@@ -200,7 +200,7 @@ def attach(
 
 
 def _without_raw(
-    tier: Any, good: dict[str, list[layout.FileCheck]]
+    tier: Any, good: dict[str, list[filecheck.FileCheck]]
 ) -> dict[tuple[dt.date, str], set[str]]:
     """The host-days the tier holds for a source table that has no raw files of that day
     in the analysis (deleted, or left out), and which tables: the tier is read only where
@@ -219,7 +219,7 @@ def attach_opened(
     bucket: str | os.PathLike[str],
     s3: Any,
     scope: Any,
-    good: dict[str, list[layout.FileCheck]],
+    good: dict[str, list[filecheck.FileCheck]],
     local: dict[str, list[str]],
     parts: dict[str, str],
     hi: dt.datetime,
@@ -236,7 +236,7 @@ def attach_opened(
     from analyzer.staging import temp_stage as _temp_stage
     from analyzer.views import raw_select
 
-    def usable(c: layout.FileCheck) -> bool:
+    def usable(c: filecheck.FileCheck) -> bool:
         lo = first_run.get(c.entry.host) if c.entry.table in SAMPLED_AT_RUN else None
         return (
             c.ts_min is not None
@@ -246,7 +246,7 @@ def attach_opened(
         )
 
     def view_sql(name: str, rest: list[str]) -> str:
-        alike = layout.one_schema(good[name])
+        alike = filecheck.one_schema(good[name])
         return raw_select(out.con, name, rest, parts[name], local[name], alike=alike)
 
     return attach(

@@ -15,7 +15,7 @@ import duckdb
 
 from analyzer.findings import QUARANTINED
 from analyzer.views import parquet, sql_str
-from collector import layout
+from collector import filecheck
 
 if TYPE_CHECKING:
     from analyzer.bucket import Scope
@@ -44,7 +44,10 @@ def scope_predicates(scope: Scope) -> list[str]:
 
 
 def first_runs(
-    con: duckdb.DuckDBPyConnection, checks: list[layout.FileCheck], runs: list[str], hi: dt.datetime
+    con: duckdb.DuckDBPyConnection,
+    checks: list[filecheck.FileCheck],
+    runs: list[str],
+    hi: dt.datetime,
 ) -> dict[str, dt.datetime]:
     """Each host's first collector run (runs stamped in the future do not count): from the
     footers where they tell exactly (each file's rows of one host, none after ``hi``),
@@ -68,7 +71,7 @@ def first_runs(
 
 
 def sane_predicate(
-    files: list[layout.FileCheck], hi: dt.datetime, los: dict[str, dt.datetime]
+    files: list[filecheck.FileCheck], hi: dt.datetime, los: dict[str, dt.datetime]
 ) -> str | None:
     """The condition a row must meet to be used, or None when the footers' time ranges
     show that every row of every file meets it (the usual case: no cost at all)."""

@@ -42,7 +42,7 @@ def raw_select(
     """The ``SELECT`` of a trace table's view over ``files``: the schema's columns (NULL
     for optional ones no file of ``columns_of``, default ``files``, has yet), one row
     per key where the table has one. ``alike``: every file of ``columns_of`` has the same
-    Parquet schema (:func:`collector.layout.one_schema`), so DuckDB binds the view from one
+    Parquet schema (:func:`collector.filecheck.one_schema`), so DuckDB binds the view from one
     footer instead of reconciling all of them (union_by_name), at every statement."""
     spec = TABLES[name]
     src = parquet(files, union_by_name=not alike)

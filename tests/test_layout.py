@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector import layout
+from collector import filecheck, layout
 from collector.schema import SCHEMA_VERSION, TABLES
 from collector.writer import BucketWriter, to_arrow
 
@@ -118,7 +118,7 @@ def _meta(table_name: str = "gpu_samples", version: int = SCHEMA_VERSION) -> dic
 
 def _check(tmp_path, name: str) -> str | None:
     (e,) = [e for e in layout.list_entries(str(tmp_path), "gpu_samples") if e.name == name]
-    return layout.check_file(e).problem
+    return filecheck.check_file(e).problem
 
 
 def test_schema_check_names_what_is_wrong(tmp_path) -> None:
@@ -157,13 +157,15 @@ def test_schema_check_names_what_is_wrong(tmp_path) -> None:
 def test_footer_gives_time_range_and_replaced_files(tmp_path) -> None:
     (f,) = BucketWriter(tmp_path, "h").write("gpu_samples", _rows(4))
     (e,) = layout.list_entries(str(tmp_path), "gpu_samples")
-    c = layout.check_file(e)
+    c = filecheck.check_file(e)
     assert (c.rows, c.ts_min, c.ts_max) == (4, T0, T0 + dt.timedelta(seconds=30))
     assert c.replaces == []
     folder = f.parent
     meta = {**_meta(), layout.REPLACES_KEY: json.dumps([f.name]).encode()}
     _write_raw(folder / "gpu_samples-compact-x.parquet", to_arrow("gpu_samples", _rows(4)), meta)
-    good, bad = layout.live(layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples")))
+    good, bad = filecheck.live(
+        filecheck.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+    )
     assert [c.entry.name for c in good] == ["gpu_samples-compact-x.parquet"] and not bad
 
 
@@ -181,7 +183,8 @@ def test_footer_tells_which_files_can_name_a_pod(tmp_path) -> None:
     pq.write_table(t.replace_schema_metadata(_meta()), folder / "late.parquet", row_group_size=2)
     _write_raw(folder / "nocol.parquet", t.drop_columns(["namespace", "pod", "container"]), _meta())
     checks = {
-        c.entry.name: c for c in layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+        c.entry.name: c
+        for c in filecheck.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
     }
     assert pq.ParquetFile(folder / "late.parquet").metadata.num_row_groups == 3
     assert {n: (c.problem, c.pods) for n, c in checks.items()} == {
@@ -204,16 +207,16 @@ def test_an_entry_is_the_same_file_whatever_its_stamp() -> None:
 
 def test_stored_checks_are_tied_to_the_check_version(monkeypatch) -> None:
     """A stored check_file verdict is reused only by a reader that would give the same one."""
-    fp = layout.check_fingerprint()
-    assert fp == layout.check_fingerprint()
-    monkeypatch.setattr(layout, "CHECK_VERSION", layout.CHECK_VERSION + 1)
-    assert layout.check_fingerprint() != fp
+    fp = filecheck.check_fingerprint()
+    assert fp == filecheck.check_fingerprint()
+    monkeypatch.setattr(filecheck, "CHECK_VERSION", filecheck.CHECK_VERSION + 1)
+    assert filecheck.check_fingerprint() != fp
     monkeypatch.undo()
     import dataclasses
 
     drifted = dataclasses.replace(TABLES["gpu_samples"], time_column="other")
-    monkeypatch.setitem(layout.TABLES, "gpu_samples", drifted)
-    assert layout.check_fingerprint() != fp
+    monkeypatch.setitem(filecheck.TABLES, "gpu_samples", drifted)
+    assert filecheck.check_fingerprint() != fp
 
 
 def test_files_written_alike_have_one_schema(tmp_path) -> None:
@@ -223,21 +226,21 @@ def test_files_written_alike_have_one_schema(tmp_path) -> None:
     good = to_arrow("gpu_samples", _rows(3))
     for i in range(3):
         _write_raw(folder / f"same{i}.parquet", to_arrow("gpu_samples", _rows(2 + i)), _meta())
-    checks = layout.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
-    assert layout.one_schema(checks) and all(c.problem is None for c in checks)
+    checks = filecheck.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+    assert filecheck.one_schema(checks) and all(c.problem is None for c in checks)
     old = good.drop_columns(["pod"])
     _write_raw(folder / "old.parquet", old, _meta())
     ns = good.set_column(0, "ts", good.column("ts").cast(pa.timestamp("ns", tz="UTC")))
     _write_raw(folder / "ns.parquet", ns, _meta())
     for extra in ("old.parquet", "ns.parquet"):
         (c,) = [
-            layout.check_file(e)
+            filecheck.check_file(e)
             for e in layout.list_entries(str(tmp_path), "gpu_samples")
             if e.name == extra
         ]
         assert c.problem is None, extra  # readable: only not alike
-        assert not layout.one_schema([*checks, c]), extra
-    assert not layout.one_schema([*checks, layout.FileCheck(checks[0].entry, "unreadable")])
+        assert not filecheck.one_schema([*checks, c]), extra
+    assert not filecheck.one_schema([*checks, filecheck.FileCheck(checks[0].entry, "unreadable")])
 
 
 @pytest.mark.parametrize("host", ["gpu-" + "n" * 240, "", "gpu/1", "plain"])
@@ -292,26 +295,26 @@ def test_a_folder_s_footers_are_read_in_turn_unless_each_waits_on_io(
     import time
 
     w = BucketWriter(tmp_path, "h")
-    for i in range(layout.PROBE_FILES + 40):
+    for i in range(filecheck.PROBE_FILES + 40):
         w.write("gpu_samples", _rows(2, start=T0 + dt.timedelta(minutes=i)))
     entries = layout.list_entries(str(tmp_path), "gpu_samples")
-    assert len(entries) == layout.PROBE_FILES + 40
-    real = layout.check_file
+    assert len(entries) == filecheck.PROBE_FILES + 40
+    real = filecheck.check_file
     seen: list[tuple[str, int]] = []
 
-    def check(e: layout.Entry, fs: object = None) -> layout.FileCheck:
+    def check(e: layout.Entry, fs: object = None) -> filecheck.FileCheck:
         time.sleep(delay)
         seen.append((e.name, threading.get_ident()))
         return real(e, fs)
 
-    monkeypatch.setattr(layout, "check_file", check)
-    checks = layout.check_all(entries)
+    monkeypatch.setattr(filecheck, "check_file", check)
+    checks = filecheck.check_all(entries)
     assert [c.entry for c in checks] == entries
     assert all(c.problem is None and c.rows == 2 for c in checks)
     assert sorted(n for n, _ in seen) == sorted(e.name for e in entries)  # each once
     me = threading.get_ident()
-    probe = {t for n, t in seen[: layout.PROBE_FILES]}
-    rest = {t for n, t in seen[layout.PROBE_FILES :]}
+    probe = {t for n, t in seen[: filecheck.PROBE_FILES]}
+    rest = {t for n, t in seen[filecheck.PROBE_FILES :]}
     assert probe == {me}
     if delay:
         assert me not in rest and len(rest) > 1  # the pool's threads

@@ -16,7 +16,7 @@ import pytest
 from analyzer import compact, runner, tier
 from analyzer.bucket import BucketError
 from analyzer.packs import load_packs
-from collector import layout
+from collector import filecheck
 
 START = dt.datetime(2026, 11, 29, 12, tzinfo=dt.UTC)
 NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
@@ -92,7 +92,7 @@ def test_a_rollup_packing_weeks_during_the_analysis(bucket, reference, monkeypat
 def test_a_compact_between_listing_and_footers(bucket, reference, monkeypatch) -> None:
     small = sorted(bucket.glob("gpu_samples/*/*/*.parquet"))
     assert len(small) > 3  # one file per collector batch: compact merges them
-    _meanwhile(monkeypatch, layout, "check_file", lambda: compact.compact(bucket, before=BEFORE))
+    _meanwhile(monkeypatch, filecheck, "check_file", lambda: compact.compact(bucket, before=BEFORE))
     said: list[str] = []
     assert _doc(bucket, said) == reference
     again = [s for s in said if "reading the bucket again" in s]

@@ -15,7 +15,7 @@ import pytest
 from analyzer import tier, timesanity
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from collector import layout
+from collector import filecheck, layout
 from simulator.generate import simulate
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
@@ -413,9 +413,9 @@ def test_the_index_opens_the_same_bucket_without_reading_footers(bucket, monkeyp
     without = _without_index(bucket, _opened)
     reads = _footer_reads(monkeypatch)
     checks: list[str] = []
-    real_check = layout.check_file
+    real_check = filecheck.check_file
     monkeypatch.setattr(
-        layout, "check_file", lambda e, *a: checks.append(e.path) or real_check(e, *a)
+        filecheck, "check_file", lambda e, *a: checks.append(e.path) or real_check(e, *a)
     )
     assert _opened(bucket) == without
     assert without["tier"] == (4, 0, {r for r, _s in tier.TIERS.values()} | tier.JOINT_TABLES)
@@ -592,7 +592,7 @@ def test_files_alike_are_read_without_reconciling_their_schemas(bucket, monkeypa
     assert "union_by_name" not in sql
     assert rows == sum(pq.read_metadata(f).num_rows for f in _files(bucket))
     alike = _doc(bucket)
-    monkeypatch.setattr(layout, "one_schema", lambda _checks: False)
+    monkeypatch.setattr(filecheck, "one_schema", lambda _checks: False)
     assert "union_by_name" in _view_sql(bucket, "gpu_samples")[0]
     assert _doc(bucket) == alike
     monkeypatch.undo()
