@@ -113,7 +113,8 @@ def attach(
                 path,
                 f"{(skip or {})[path]}; a file of the stored rollup tier ({table}): its "
                 "host-days are derived from raw samples instead; delete it, and "
-                "`leakreport rollup` stores them again",
+                "`leakreport rollup` stores them again (`leakreport rollup --verify` "
+                "does both)",
             )
     if tier.stale and note:
         days = sorted(tier.stale)

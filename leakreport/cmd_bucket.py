@@ -64,8 +64,15 @@ def compact(bucket: str, before: dt.date | None) -> None:
     callback=parse_date,
     help="Derive days before this date (default: before today, UTC).",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="First decode every row of the stored tier (a read of all of it; on S3 a "
+    "download) and delete each file whose rows cannot be read, naming it: its host-days "
+    "are then derived again. For a weekly cron, or when an analysis names a damaged tier file.",
+)
 @verbosity_options
-def rollup(bucket: str, before: dt.date | None) -> None:
+def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     """Store the rollup tier of each finished host-day, so analyses read it instead
     of re-deriving those days from raw samples; then the findings of each finished
     ISO week, so `leakreport fleet` draws those weeks without analysing them.
@@ -85,14 +92,17 @@ def rollup(bucket: str, before: dt.date | None) -> None:
     done, exit 3 (an S3 bucket has no lock: run one such job per bucket there).
 
     \b
-    Example (daily cron):
+    Example (daily cron; add --verify once a week):
       leakreport compact /data/traces && leakreport rollup /data/traces
     """
+    from analyzer import tierverify
     from analyzer.bucket import BucketError
     from analyzer.tier import build
 
     try:
         with held(bucket, "leakreport rollup"):
+            for line in tierverify.repair(bucket, console()) if verify else []:
+                err(f"leakreport: repaired: {line}")
             res = build(bucket, before, progress=console())
             click.echo(
                 f"{plural(res.built, 'host-day')} derived, {res.current} already current, "

@@ -101,6 +101,40 @@ def test_a_damaged_file_of_the_stored_tier_is_read_from_raw_samples_named(base, 
     assert list((bucket / "tier_gpu_info_week").rglob("*.parquet"))
 
 
+def test_rollup_verify_deletes_a_damaged_tier_file_and_stores_its_host_days_again(
+    base, tmp_path
+) -> None:
+    """A plain rollup trusts a tier file's footer: the damaged file stays, and every
+    analysis is incomplete. `rollup --verify` decodes the tier, deletes that file, names
+    it, and derives its host-days again; the analysis is then complete, with the same
+    findings. On a sound tier it deletes nothing and says nothing."""
+    from analyzer import rowcheck as rc
+
+    bucket = Path(shutil.copytree(base, tmp_path / "bucket"))
+    assert _cli("rollup", str(bucket), "--before", "2030-01-01").returncode == 0
+    _r, before = _analyze(bucket)
+    r = _cli("rollup", str(bucket), "--before", "2030-01-01", "--verify", "-q")
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # sound: nothing to repair
+    tier_files = sorted(bucket.glob("tier_*/*/*/*.parquet"))
+    (week,) = (bucket / "tier_metric_norm_week").rglob("*.parquet")
+    damage_pages(week)
+    r = _cli("rollup", str(bucket), "--before", "2030-01-01")
+    assert week.exists() and rc.unreadable([str(week)])  # trusted, left as it is
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3 and "`leakreport rollup --verify` does both" in r.stderr
+    r = _cli("rollup", str(bucket), "--before", "2030-01-01", "--verify")
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("leakreport: repaired: ")]
+    assert line.startswith(f"leakreport: repaired: {week}: rows cannot be read"), line
+    assert line.endswith("deleted, its host-days are derived again")
+    now = sorted(bucket.glob("tier_*/*/*/*.parquet"))
+    assert len(now) == len(tier_files) and week not in now  # the week stored again, anew
+    assert rc.unreadable([str(f) for f in now]) == {}
+    r, after = _analyze(bucket)
+    assert r.returncode == 0, r.stderr
+    assert _findings(after) == _findings(before)
+
+
 def test_a_damaged_file_read_only_by_the_charts_is_named(base, tmp_path) -> None:
     """allocator_snapshots is first read by the chart series, after the rules."""
     import pyarrow.parquet as pq
@@ -218,6 +252,17 @@ def test_damaged_objects_on_s3_are_named_by_their_keys(tmp_path) -> None:
         assert r.returncode == 3, r.stderr
         assert sorted(x.split(": rows cannot be read")[0] for x in doc["run"]["incomplete"]) == [
             f"file left out: s3://{k}" for k in sorted([key, raw])
+        ]
+        # rollup --verify deletes the tier object by its key and stores its host-days
+        # again; a raw file is not its to delete (this one is of the unfinished day)
+        r = _cli("rollup", bucket, "--before", BEFORE.isoformat(), "--verify")
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.count("leakreport: repaired: ") == 1, r.stderr
+        assert f"leakreport: repaired: s3://{key}: rows cannot be read" in r.stderr, r.stderr
+        r, doc = _analyze(bucket)  # type: ignore[arg-type]
+        assert r.returncode == 3, r.stderr
+        assert [x.split(": rows cannot be read")[0] for x in doc["run"]["incomplete"]] == [
+            f"file left out: s3://{raw}"
         ]
 
 
