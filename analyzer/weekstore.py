@@ -255,9 +255,11 @@ def store_finished(
     analyse: Analyse,
     opts: dict[str, Any],
     say: Say,
+    progress: Say | None = None,
 ) -> Stored:
     """Analyse and store every finished week (all days before ``before``, and before today
-    UTC: the current week is never stored) whose stored findings are missing or stale."""
+    UTC: the current week is never stored) whose stored findings are missing or stale.
+    ``say``: warnings (a stored file that cannot be read); ``progress``: each week stored."""
     before = min(before, dt.datetime.now(dt.UTC).date())
     _root_s, fs = _root(bucket)
     files = raw_files(bucket, lambda d: d < before, fs)
@@ -281,7 +283,8 @@ def store_finished(
             continue
         save(bucket, week, key, doc)
         res.stored += 1
-        say(f"week {week}: findings stored")
+        if progress:
+            progress(f"week {week}: findings stored")
     return res
 
 

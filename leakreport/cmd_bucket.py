@@ -135,7 +135,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
         return run_analysis(bucket, dataclasses.replace(opts, since=since, until=until), say)
 
     try:
-        res = weekstore.store_finished(bucket, before, analyse, weekstore.settings(opts), err)
+        res = weekstore.store_finished(bucket, before, analyse, weekstore.settings(opts), err, say)
     except OSError as e:
         die(f"storing the week findings: {e}")
     click.echo(  # the command's result, as the tier's line is: -q leaves stderr to errors

@@ -73,12 +73,15 @@ def store_state(bucket: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_rollup_stores_finished_weeks_and_the_page_is_the_same(bucket, analysed_page) -> None:
-    r = rollup(bucket)
-    assert "week findings: 2 weeks stored, 0 already current, 0 not stored" in r.stdout
-    # a daily cron run with -q: the counts on stdout, nothing on stderr when all went well
-    r = run("rollup", str(bucket), "--before", BEFORE, "-q")
-    assert r.exit_code == 0 and r.stderr == "", r.stderr
-    assert "week findings: 0 weeks stored, 2 already current, 0 not stored" in r.stdout
+    # a daily cron run with -q: the counts on stdout, nothing on stderr when all went
+    # well, whether weeks were stored or already current
+    for stored_now, current in ((2, 0), (0, 2)):
+        r = run("rollup", str(bucket), "--before", BEFORE, "-q")
+        assert r.exit_code == 0 and r.stderr == "", r.stderr
+        assert (
+            f"week findings: {stored_now} weeks stored, {current} already current, 0 not stored"
+            in r.stdout
+        )
     assert sorted(store_state(bucket)) == [f"{W47}.json", f"{W48}.json"]
     stored = json.loads((bucket / weekstore.STORE_DIR / f"{W48}.json").read_text())
     assert stored["document"]["run"]["since"] == "2026-11-23"
