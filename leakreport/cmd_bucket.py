@@ -29,7 +29,8 @@ def compact(bucket: str, before: dt.date | None) -> None:
     sees the old files or the new one, never both; originals are deleted only
     after the new file's row count checks out. A file that does not match the
     schema (truncated, empty, foreign) is left as it is and named; the exit
-    code is then 3. One compact or rollup at a time on a bucket folder: another
+    code is then 3, as it is when BUCKET holds no trace file at all (the folder
+    above the bucket?). One compact or rollup at a time on a bucket folder: another
     one running (a cron run that overran) is named, nothing is done, exit 3.
 
     \b
@@ -55,6 +56,8 @@ def compact(bucket: str, before: dt.date | None) -> None:
         err(f"leakreport: incomplete: left as it is: {line}")
     if res.skipped:
         raise SystemExit(exitcodes.INCOMPLETE)
+    if res.files_before == 0:
+        holds_traces(bucket, "compact")
 
 
 @click.command()
@@ -87,7 +90,8 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     trace files, the code or the packs changed), and stored only when the analysis
     is complete. Run it after `leakreport compact`. A raw file that does not match
     its schema, or a week file that cannot be written, is named on stderr, the rest
-    goes on, and the exit code is 3. One compact or rollup at a time on a bucket
+    goes on, and the exit code is 3, as it is when BUCKET holds no trace file at all
+    (the folder above the bucket?). One compact or rollup at a time on a bucket
     folder: another one running (a cron run that overran) is named, nothing is
     done, exit 3 (an S3 bucket has no lock: run one such job per bucket there).
 
@@ -119,6 +123,23 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
         die(str(e))
     if res.skipped or res.week_failures:
         raise SystemExit(exitcodes.INCOMPLETE)
+    if res.built == 0 and res.current == 0:
+        holds_traces(bucket, "roll up")
+
+
+def holds_traces(bucket: str, what: str) -> None:
+    """Exit 3 when ``bucket`` holds no trace file at all: a cron line given the folder above
+    the bucket (or a new one no collector writes to) would otherwise find nothing to do,
+    exit 0 and say so quietly every day. A bucket with only today's files passes."""
+    from analyzer.bucket import Scope
+    from analyzer.fanout import list_hosts
+
+    if not list_hosts(bucket, Scope()):
+        die(
+            f"incomplete: nothing to {what}: {bucket} holds no trace files (is it the bucket's "
+            "root, the folder that holds gpu_samples/ and the other table folders?)",
+            exitcodes.INCOMPLETE,
+        )
 
 
 def store_weeks(bucket: str, before: dt.date) -> Any:

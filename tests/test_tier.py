@@ -278,6 +278,35 @@ def test_rollup_of_no_bucket_fails_naming_it(tmp_path) -> None:
         assert "Traceback" not in r.stderr and "derived" not in r.stdout
 
 
+def test_maintenance_of_a_folder_with_no_trace_files_says_so(bucket, tmp_path) -> None:
+    """A cron line given the folder above the bucket (an easy slip) found nothing to do and
+    exited 0 every day, quietly. Now compact and rollup say the folder holds no trace files
+    and exit 3; the same commands on the bucket itself, and on a bucket holding only the
+    current day's files (nothing finished yet), exit 0."""
+    import shutil
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "leakreport", *args, "-q"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    parent = tmp_path / "data"
+    shutil.copytree(bucket, parent / "traces")
+    for cmd, what in (("compact", "compact"), ("rollup", "roll up")):
+        r = cli(cmd, str(parent), "--before", "2026-11-24")
+        assert r.returncode == 3, (cmd, r.stderr)
+        assert f"nothing to {what}: {parent} holds no trace files" in r.stderr, r.stderr
+        r = cli(cmd, str(parent / "traces"), "--before", "2026-11-24")
+        assert r.returncode == 0 and r.stderr == "", (cmd, r.stderr)
+    # only unfinished days: nothing to derive yet, and no complaint
+    for cmd in ("compact", "rollup"):
+        r = cli(cmd, str(parent / "traces"), "--before", "2026-01-01")
+        assert r.returncode == 0 and r.stderr == "", (cmd, r.stderr)
+
+
 def _trend(n: int, slope_bph: float) -> tuple[float, float]:
     """idle_trend's slope (bytes/h) over n idle windows on a line with outliers, and seconds."""
     import time
