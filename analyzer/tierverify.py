@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from analyzer import rowcheck, tier, tierweek
 from collector import layout
-from collector.store import remove, s3_root
+from collector.store import remove, root_of
 
 
 def repair(bucket: str, progress: Callable[[str], None] | None = None) -> list[str]:
@@ -28,7 +28,7 @@ def repair(bucket: str, progress: Callable[[str], None] | None = None) -> list[s
     from analyzer.staging import stage
 
     fs = check_bucket(bucket)
-    root = s3_root(str(bucket)) if fs is not None else str(bucket)
+    root = root_of(bucket, fs)
     tables = [*tier.ALL_TIERS, *(tierweek.week_table(t) for t in tier.ALL_TIERS)]
     paths = [e.path for t in tables for e in layout.list_entries(root, t, fs)]
     if progress:

@@ -105,8 +105,9 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
 
     try:
         with held(bucket, "leakreport rollup"):
-            for line in tierverify.repair(bucket, console()) if verify else []:
-                err(f"leakreport: repaired: {line}")
+            if verify:
+                for line in tierverify.repair(bucket, console()):
+                    err(f"leakreport: repaired: {line}")
             res = build(bucket, before, progress=console())
             click.echo(
                 f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
