@@ -114,8 +114,8 @@ def derive(
             tier.SOURCES_KEY: src_hash.encode(),
             tier.WIDTH_KEY: f"{width:g}".encode(),
         }
-        write_derived(bucket, host_dir, tier_table, day, data, extra)
-        tier._delete_old(root, fs, [tier_table], day, host_dir, hashes, src_hash)
+        name = write_derived(bucket, host_dir, tier_table, day, data, extra).name
+        tier._delete_old(root, fs, [tier_table], day, host_dir, {name})
         done = True
         if progress:
             progress(f"tier {day} host={host_dir}: {table} derived from {len(entries)} files")

@@ -13,14 +13,17 @@ import datetime as dt
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.layout import REPLACES_KEY, SCHEMA_KEY, TABLE_KEY, Entry
 from collector.schema import SCHEMA_VERSION, TABLES, Table
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -167,25 +170,32 @@ PROBE_FILES = 32  # footers read in turn before the time per footer is judged
 
 
 def check_all(entries: list[Entry], fs: Any = None, threads: int = 8) -> list[FileCheck]:
-    """:func:`check_file` for many files, in their order. An object store's footers are read
-    in parallel; a folder's in turn, unless the first :data:`PROBE_FILES` show each read
+    """:func:`check_file` for many files, in their order (:func:`each_footer`)."""
+    return each_footer(lambda e: check_file(e, fs), entries, fs, threads)
+
+
+def each_footer(
+    read: Callable[[Entry], T], entries: list[Entry], fs: Any = None, threads: int = 8
+) -> list[T]:
+    """``read`` (a footer) of many files, in their order. An object store's are read in
+    parallel; a folder's in turn, unless the first :data:`PROBE_FILES` show each read
     waiting on I/O (a network mount): then the rest in parallel."""
-    head: list[FileCheck] = []
+    head: list[T] = []
     if fs is None:
         t0 = time.perf_counter()
         for e in entries:
-            head.append(check_file(e))
+            head.append(read(e))
             if len(head) == PROBE_FILES:
                 if (time.perf_counter() - t0) / PROBE_FILES <= SLOW_FOOTER_S:
-                    head += [check_file(x) for x in entries[PROBE_FILES:]]
+                    head += [read(x) for x in entries[PROBE_FILES:]]
                 break
     rest = entries[len(head) :]
     if len(rest) < 16:
-        return head + [check_file(e, fs) for e in rest]
+        return head + [read(e) for e in rest]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(threads) as ex:
-        return head + list(ex.map(lambda e: check_file(e, fs), rest))
+        return head + list(ex.map(read, rest))
 
 
 def one_schema(checks: list[FileCheck]) -> bool:

@@ -236,6 +236,29 @@ def test_late_data_makes_the_day_raw_until_rebuilt(bucket, weeks: bool) -> None:
     assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
 
 
+@pytest.mark.parametrize("missing", [None, "tier_gpu_blocks"], ids=["twin", "twin-and-missing"])
+def test_a_rollup_stopped_between_writing_and_deleting_leaves_no_twin(bucket, missing) -> None:
+    """A run killed after writing a host-day's tier file and before deleting the one it
+    replaces leaves two current files of the same rows (and, killed mid-derivation, a
+    table of the host-day not written): the next rollup keeps one file of each."""
+    want = _doc(bucket)
+    tier.build(bucket, before=NOW.date(), weeks=False)
+    folder = next((bucket / "tier_gpu_info").glob("date=2026-11-23/host=*"))
+    (f,) = folder.glob("*.parquet")
+    shutil.copy(f, f.with_name(f.name[: -len("0123456789ab.parquet")] + "0123456789ab.parquet"))
+    if missing:
+        for p in (bucket / missing / folder.parent.name / folder.name).glob("*.parquet"):
+            p.unlink()
+    assert _doc(bucket) == want
+    res = tier.build(bucket, before=NOW.date())
+    assert res.built == (1 if missing else 0) and res.weeks == len(tier.ALL_TIERS)
+    left = sorted(bucket.glob("tier_*_week/*/*/*.parquet"))
+    assert sorted(bucket.glob("tier_*/*/*/*.parquet")) == left
+    assert len(left) == len(tier.ALL_TIERS), left  # one week file per table, nothing beside
+    assert all(p.parent.name == f"host={layout.FLEET_DIR}" for p in left), left
+    assert _doc(bucket) == want
+
+
 def test_tier_files_follow_the_layout(bucket) -> None:
     tier.build(bucket, before=DAY2, weeks=False)
     for t in tier.ALL_TIERS:
