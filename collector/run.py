@@ -8,14 +8,13 @@ never delays the GPU samples; a source past its deadline is abandoned and its
 after, so a run killed at any point loses at most itself and never skips a
 log line. SIGTERM ends a run within 2 s (what was sampled is written; the logs
 wait for the next run at their cursor). A run never outlives
-:func:`run_limit`: past it the process exits, and a lock older than that is
-taken over by the next run, which says so.
+:func:`collector.runlock.run_limit`: past it the process exits, and a lock older
+than that is taken over by the next run, which says so.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import os
 import signal
 import sys
@@ -26,11 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 from collector import __version__, exitcodes, logtail, scrape, spool
 from collector.nvml import Nvml
 from collector.procfs import ProcFS
+from collector.runlock import restamp, run_limit
 from collector.sources import (
     SOURCES,
     Ledger,
@@ -57,9 +57,7 @@ TABLES = (
     "http_probes",
     "allocator_samples",
 )
-WRITE_MARGIN_S = 15.0  # writing the files and the cursor, after the sources
 TERM_GRACE_S = 1.5  # after SIGTERM, the process is gone by then whatever it is doing
-LOCK = "leakcollect.lock"
 CURSORS = "log-cursors.json"
 LABELS = "log-generations.json"  # first-line hash -> inode label, per log
 LABELS_KEPT = 512
@@ -101,110 +99,12 @@ class Config:
         return run_limit(self.duration, sample, self.log_timeout + self.spool_timeout)
 
 
-def run_limit(duration: float, sample_s: float = 10.0, end_phase: float = 30.0) -> float:
-    """Sampling, the last sample's sources, the logs and spool, then writing."""
-    return duration + sample_s + end_phase + WRITE_MARGIN_S
-
-
 @dataclass
 class RunResult:
     code: int
     run_id: str
     files: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (source, one-line reason)
-
-
-class LockHeld(Exception):
-    pass
-
-
-def _until(holder: str) -> float | None:
-    for part in holder.split():
-        if part.startswith("until="):
-            try:
-                return float(part[len("until=") :])
-            except ValueError:
-                return None
-    return None
-
-
-def acquire_lock(
-    state_dir: Path, hold_s: float = run_limit(55.0, 10.0), say: Callable[[str], None] | None = None
-) -> IO[str]:
-    """Hold the state dir's lock for one run (at most ``hold_s`` seconds, written in the file).
-
-    A lock whose holder is past its own limit is taken over, with a message: that
-    run is stuck where no signal reaches it, and must not stop collection for good.
-    """
-    say = say or (lambda m: print(m, file=sys.stderr))
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / LOCK
-    for _ in range(5):
-        f = open(path, "a+")  # noqa: SIM115 - held for the run
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip()
-            f.close()
-            until = _until(holder)
-            if until is None or time.time() <= until:
-                raise LockHeld(
-                    f"another leakcollect run holds {path} ({holder or 'unknown pid'})"
-                ) from None
-            _break_stale(path, state_dir / f"{LOCK}.takeover", say)
-            continue
-        try:
-            if os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
-                f.close()  # replaced by a takeover between our open and our lock
-                continue
-        except FileNotFoundError:
-            f.close()
-            continue
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} until={time.time() + hold_s:.0f}\n")
-        f.flush()
-        return f
-    raise LockHeld(f"{path}: still contended after 5 attempts")
-
-
-def _break_stale(path: Path, guard: Path, say: Callable[[str], None]) -> None:
-    """Remove a lock file whose holder is past its limit; one taker at a time."""
-    with open(guard, "a") as g:
-        fcntl.flock(g.fileno(), fcntl.LOCK_EX)  # held for a few system calls
-        try:
-            f = open(path)  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return
-        with f:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return  # free now: the holder ended meanwhile
-            except BlockingIOError:
-                pass
-            holder = f.read().strip()
-            until = _until(holder)
-            if until is None or time.time() <= until:
-                return  # another run took it over meanwhile
-            say(
-                f"leakcollect: taking over {path}: its holder ({holder}) is "
-                f"{time.time() - until:.0f} s past its limit and still holds it"
-            )
-            os.unlink(path)
-
-
-def _restamp(state_dir: Path, hold_s: float) -> None:
-    """Write this run's own limit into the lock this process holds (if it holds one)."""
-    path = state_dir / LOCK
-    try:
-        with open(path, "r+") as f:
-            if f.read().split()[:2] == ["pid", str(os.getpid())]:
-                f.seek(0)
-                f.truncate()
-                f.write(f"pid {os.getpid()} until={time.time() + hold_s:.0f}\n")
-    except (OSError, IndexError):
-        pass  # no lock (a library caller): nothing to restamp
 
 
 def collect(cfg: Config, nvml_lib: Any = None, say: Callable[[str], None] | None = None) -> int:
@@ -234,7 +134,7 @@ def collect_run(
             t.start()
 
     old = signal.signal(signal.SIGTERM, on_term) if in_main else None
-    _restamp(cfg.state_dir, cfg.limit_s + 5)  # a lock past this is stale: see acquire_lock
+    restamp(cfg.state_dir, cfg.limit_s + 5)  # a lock past this is stale: see acquire_lock
     watchdog = threading.Timer(cfg.limit_s, bail, (f"still running after {cfg.limit_s:.0f} s",))
     watchdog.daemon = True
     watchdog.start()

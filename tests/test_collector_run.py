@@ -215,7 +215,7 @@ def test_a_bucket_that_cannot_be_written_is_one_line_and_exit_2(tmp_path) -> Non
 
 
 def test_second_run_exits_at_once_while_the_lock_is_held(tmp_path) -> None:
-    from collector.run import acquire_lock
+    from collector.runlock import acquire_lock
 
     held = acquire_lock(tmp_path / "st")
     try:
@@ -454,7 +454,7 @@ def test_sigterm_ends_a_run_in_under_two_seconds_and_loses_no_log_line(tmp_path,
 
 
 def test_a_stale_lock_is_taken_over_and_a_live_one_is_not(tmp_path) -> None:
-    from collector.run import LockHeld, _restamp, acquire_lock
+    from collector.runlock import LockHeld, acquire_lock, restamp
 
     st = tmp_path / "st"
     st.mkdir()
@@ -478,7 +478,7 @@ def test_a_stale_lock_is_taken_over_and_a_live_one_is_not(tmp_path) -> None:
         with pytest.raises(LockHeld, match="another leakcollect run holds"):
             acquire_lock(st, hold_s=60, say=said.append)  # ours is fresh: no takeover
         # a run writes its own limit over the default one (a --duration 3600 run is not stale)
-        _restamp(st, 7200)
+        restamp(st, 7200)
         until = float((st / "leakcollect.lock").read_text().split("until=")[1])
         assert 7100 < until - time.time() < 7300
         lock.close()
