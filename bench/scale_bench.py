@@ -190,7 +190,8 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
         out.update(weeks_stored=r.stored, weeks_current=r.current, weeks_unclean=r.unclean)
     elif kind == "fleet_stored":
         from leakreport.cmd_analyze import fleet_page
-        from leakreport.common import AnalysisOptions, Console
+        from leakreport.common import Console
+        from leakreport.options import AnalysisOptions
 
         class Kept(Console):  # where each week came from, kept instead of printed
             lines: list[str] = []

@@ -14,19 +14,17 @@ from analyzer.outputs import data_span
 from analyzer.progress import plural
 from leakreport.common import (
     EPILOG_EXIT,
-    AnalysisOptions,
     Console,
-    analysis_options,
     bucket_path,
     console,
     die,
     err,
     exit_code,
-    fail_on_option,
     run_analysis,
     verbosity_options,
     write_out,
 )
+from leakreport.options import AnalysisOptions, analysis_options, fail_on_option
 
 
 def table(doc: Any) -> str:

@@ -11,7 +11,8 @@ import click
 from analyzer import exitcodes
 from analyzer.bucketlock import BucketBusy, held
 from analyzer.progress import plural
-from leakreport.common import console, die, err, parse_date, verbosity_options
+from leakreport.common import console, die, err, verbosity_options
+from leakreport.options import parse_date
 
 
 @click.command()
@@ -148,7 +149,8 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
     options) where the stored ones are missing or stale; counts on stdout, weeks not
     stored on stderr."""
     from analyzer import weekstore
-    from leakreport.common import AnalysisOptions, run_analysis
+    from leakreport.common import run_analysis
+    from leakreport.options import AnalysisOptions
 
     say = console()
     opts = AnalysisOptions()
