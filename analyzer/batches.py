@@ -40,7 +40,7 @@ def weight(raw_days: int, stored_days: int) -> float:
 def host_weights(bucket: str, scope: Any) -> Weights:
     """Each host's :func:`weight`, from its host-days with device samples in ``scope`` and
     those of them with a current rollup tier (none where the tier cannot be read)."""
-    from analyzer import tier, tierindex
+    from analyzer import tier, tiercurrent, tierindex
     from collector.store import is_s3, root_of, s3_filesystem
 
     fs = s3_filesystem() if is_s3(bucket) else None
@@ -51,11 +51,11 @@ def host_weights(bucket: str, scope: Any) -> Weights:
     stored: dict[str, int] = {}
     try:
         index = tierindex.stored(root, fs)
-        current = tier.current_tier(
+        current = tiercurrent.current_tier(
             root, fs, scope.date_ok, scope.host_ok, tier._width(None), index
         )
     except (OSError, RuntimeError):
-        current = tier.Current()
+        current = tiercurrent.Current()
     for (day, host_dir), tables in current.items():
         host = layout.decode_host(host_dir)
         if "tier_gpu_buckets" in tables and day in days.get(host, ()):

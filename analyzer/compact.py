@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from collector import filecheck, layout
 from collector.schema import TABLES, table
-from collector.store import is_s3, remove, s3_filesystem, s3_root
+from collector.store import is_s3, remove, root_of, s3_filesystem
 from collector.writer import to_arrow, write_compacted
 
 
@@ -116,27 +116,37 @@ def compact_group(
 STALE_TEMP_S = 3600
 
 
-def remove_stale_temp(root: str, before: dt.date) -> int:
-    """Delete ``.tmp-*`` files (a writer killed between writing and renaming) an hour
-    old or more in the finished day folders of a local bucket; how many went."""
-    import time
-
-    gone = 0
-    cutoff = time.time() - STALE_TEMP_S
-    for name in TABLES:
+def remove_stale_temp(
+    root: str, before: dt.date, tables: Iterable[str] = TABLES, min_age: float = STALE_TEMP_S
+) -> int:
+    """Delete ``.tmp-*`` files (a writer killed between writing and renaming) ``min_age``
+    seconds old or more in the finished day folders of these tables of a local bucket;
+    how many went."""
+    files: list[Path] = []
+    for name in tables:
         for date_dir in Path(root, name).glob("date=*"):
             try:
                 if dt.date.fromisoformat(date_dir.name[5:]) >= before:
                     continue
             except ValueError:
                 continue
-            for f in date_dir.glob(f"host=*/{layout.TMP_PREFIX}*"):
-                try:
-                    if f.is_file() and f.stat().st_mtime < cutoff:
-                        f.unlink()
-                        gone += 1
-                except OSError:
-                    continue  # gone already, or not ours to delete: leave it
+            files += date_dir.glob(f"host=*/{layout.TMP_PREFIX}*")
+    return remove_old(files, min_age)
+
+
+def remove_old(files: Iterable[Path], min_age: float) -> int:
+    """Delete those of ``files`` last written ``min_age`` seconds ago or more; how many."""
+    import time
+
+    gone = 0
+    cutoff = time.time() - min_age
+    for f in files:
+        try:
+            if f.is_file() and f.stat().st_mtime <= cutoff:
+                f.unlink()
+                gone += 1
+        except OSError:
+            continue  # gone already, or not ours to delete: leave it
     return gone
 
 
@@ -147,14 +157,10 @@ def compact(
 ) -> Result:
     before = before or dt.datetime.now(dt.UTC).date()  # today is not finished
     res = Result()
-    fs = None
-    if is_s3(bucket):
-        fs = s3_filesystem()
-        root = s3_root(str(bucket))
-    else:
-        root = str(bucket)
-        if not Path(root).is_dir():
-            raise CompactError(f"{root}: no such bucket folder")
+    fs = s3_filesystem() if is_s3(bucket) else None
+    if fs is None and not Path(bucket).is_dir():
+        raise CompactError(f"{bucket}: no such bucket folder")
+    root = root_of(bucket, fs)
     try:
         todo = groups(root, before, fs)
     except OSError as e:

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow.parquet as pq
 
-from analyzer import rollup, rowcheck, tierindex, tierweek
+from analyzer import rollup, rowcheck, tiercurrent, tierindex, tierweek
 from analyzer.packs import referenced_params
 from collector import filecheck, layout
 from collector.schema import SCHEMA_VERSION
-from collector.store import remove, s3_root
+from collector.store import remove, root_of
 
 TIER_FORMAT = 2
 # tier table -> (the rollup table it stores, the raw table it is derived from)
@@ -139,99 +138,11 @@ class Result:
     weeks: int = 0  # week files written (tierweek)
     skipped: list[str] = field(default_factory=list)  # raw files left out, and why
     week_failures: list[str] = field(default_factory=list)  # week files not written, why
+    temp_removed: int = 0  # temporary files left by a stopped rollup, deleted
 
 
 def _width(overrides: dict[str, Any] | None) -> float:
     return float({**rollup.DEFAULTS, **(overrides or {})}["long_bucket_s"])
-
-
-def _tier_meta(entry: layout.Entry, fs: Any) -> tierindex.TierMeta:
-    """A tier file's (SQL hash, sources hash); empty ones when its footer cannot be read."""
-    try:
-        md = pq.read_metadata(entry.path, filesystem=fs).metadata or {}
-    except Exception:  # noqa: BLE001 - an unreadable tier file is one that is not current
-        md = {}
-    return md.get(HASH_KEY, b"").decode(), md.get(SOURCES_KEY, b"").decode()
-
-
-class Current(dict[tuple[dt.date, str], dict[str, tuple[layout.Entry, str]]]):
-    """(day, host folder) -> tier table -> (the file it is read from, its sources hash);
-    ``weeks``: each week file listed -> every host-day it holds (:mod:`analyzer.tierweek`);
-    ``stale``: host-days with a tier file made by other rollup SQL or settings and no
-    current one of that table (never read: `leakreport rollup` makes them again);
-    ``left_out``: each file left out (its rows cannot be read) -> its tier table;
-    ``unreadable``: files whose footer cannot be read (not read);
-    ``twins``: current day files of a table and host-day that another one stands for
-    (left by a run stopped between writing a file and deleting the one it replaces)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weeks: dict[str, frozenset[tuple[dt.date, str]]] = {}
-        self.stale: set[tuple[dt.date, str]] = set()
-        self.left_out: dict[str, str] = {}
-        self.unreadable: list[str] = []
-        self.twins: list[str] = []
-
-
-def current_tier(
-    root: str,
-    fs: Any,
-    date_ok: layout.DateOk,
-    host_ok: layout.HostOk,
-    width: float,
-    index: tierindex.Index | None = None,
-    skip: Collection[str] = (),
-) -> Current:
-    """The tier files made by the current SQL, for each host-day: its own day file, else
-    the newest week file that holds it. ``index``: hashes stored by
-    :func:`tierindex.refresh`, used where the file is the same; ``skip``: paths of files
-    not to read (their host-days are not stored, unless another file holds them)."""
-    out = Current()
-    entries = [e for t in ALL_TIERS for e in layout.list_entries(root, t, fs, date_ok, host_ok)]
-    entries += tierweek.list_weeks(root, fs, list(ALL_TIERS), date_ok)
-    want = {t: sql_hash(width, t) for t in ALL_TIERS}
-    if index is not None:
-        metas = index.tier_meta(entries, lambda e: _tier_meta(e, fs))
-    else:
-        metas = filecheck.each_footer(lambda e: _tier_meta(e, fs), entries, fs)
-    weeks: list[tuple[layout.Entry, str]] = []
-    stale: dict[tuple[dt.date, str], set[str]] = {}
-    for e, (sql, sources) in zip(entries, metas, strict=True):
-        if e.path in skip:
-            out.left_out[e.path] = tierweek.tier_of(e.table)
-            continue
-        if not sql:  # no footer (or not one of ours): the host-days it held are not stored
-            out.unreadable.append(e.path)
-        if sql != want[tierweek.tier_of(e.table)]:  # stale: made by other SQL; never read
-            held = tierweek.keys_of(sources) if tierweek.is_week(e) else {(e.day, e.host_dir): ""}
-            for key in held:
-                stale.setdefault(key, set()).add(tierweek.tier_of(e.table))
-            continue
-        if tierweek.is_week(e):
-            weeks.append((e, sources))
-        else:
-            mine = out.setdefault((e.day, e.host_dir), {})
-            if e.table in mine:
-                out.twins.append(mine[e.table][0].path)
-            mine[e.table] = (e, sources)
-    for e, sources in sorted(weeks, key=lambda w: w[0].name):  # the newest last
-        held = tierweek.keys_of(sources)
-        out.weeks[e.path] = frozenset(held)
-        table = tierweek.tier_of(e.table)
-        for key, src in held.items():
-            if not (date_ok(key[0]) and host_ok(layout.decode_host(key[1]))):
-                continue
-            mine = out.setdefault(key, {})
-            if table not in mine or tierweek.is_week(mine[table][0]):  # a day file wins
-                mine[table] = (e, src)
-    out.stale = {
-        k
-        for k, tables in stale.items()
-        if date_ok(k[0])
-        and host_ok(layout.decode_host(k[1]))
-        and any(t not in out.get(k, {}) for t in tables)
-    }
-    return out
 
 
 def _of(source: str) -> list[str]:
@@ -249,26 +160,35 @@ def build(
     progress: Callable[[str], None] | None = None,
     overrides: dict[str, Any] | None = None,
     weeks: bool = True,
+    alone: bool = False,
 ) -> Result:
     """Derive the tier for every finished host-day (days before ``before``, default
     today UTC) whose tier is missing or stale; stale files are then deleted. With
     ``weeks``, each week's files are then merged into week files (:mod:`analyzer.tierweek`).
     Then the footer-check index of the finished days is brought up to date
-    (:mod:`analyzer.tierindex`)."""
+    (:mod:`analyzer.tierindex`). ``alone``: no other rollup runs on this bucket (the
+    caller holds its lock), so a temporary file of the tier is one a stopped run left,
+    deleted whatever its age (else an hour old, as :func:`analyzer.compact.compact`)."""
     from analyzer.bucket import check_bucket
-    from analyzer.compact import groups
+    from analyzer.compact import STALE_TEMP_S, groups, remove_old, remove_stale_temp
     from analyzer.staging import stage as _stage
 
     before = before or dt.datetime.now(dt.UTC).date()
     fs = check_bucket(bucket)
-    root = s3_root(str(bucket)) if fs is not None else str(bucket)
+    root = root_of(bucket, fs)
     width = _width(overrides)
     stmts = statements()
     hashes = {t: sql_hash(width, t) for t in ALL_TIERS}
     res = Result()
+    tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
+    if fs is None:
+        age = 0.0 if alone else STALE_TEMP_S
+        res.temp_removed = remove_stale_temp(root, before, tables, age) + remove_old(
+            Path(root, tierindex.INDEX_DIR).glob(".*.tmp"), age
+        )
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)
-    have = current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
+    have = tiercurrent.current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
     for path in have.twins:  # the same rows twice: one file of each stays
         remove(path, fs)
     built: set[tuple[dt.date, str]] = set()
@@ -338,12 +258,11 @@ def build(
                 built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
     if weeks:
-        now = current_tier(root, fs, lambda _d: True, lambda _h: True, width, index)
+        now = tiercurrent.current_tier(root, fs, lambda _d: True, lambda _h: True, width, index)
         res.weeks = tierweek.pack(
             bucket, root, fs, now, now.weeks, hashes, progress, res.week_failures
         )
-    tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
-    tierindex.refresh(root, fs, before, index, tables, lambda e: _tier_meta(e, fs))
+    tierindex.refresh(root, fs, before, index, tables, lambda e: tiercurrent.tier_meta(e, fs))
     return res
 
 

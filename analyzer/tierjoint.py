@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from analyzer import rowcheck, tier, tierweek
+from analyzer import rowcheck, tier, tiercurrent, tierweek
 from analyzer.packs import referenced_params
 from collector import filecheck, layout
 from collector.schema import TABLES
@@ -48,7 +48,7 @@ def derive(
     day: dt.date,
     host_dir: str,
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]],
-    have: tier.Current,
+    have: tiercurrent.Current,
     stmts: dict[str, str],
     width: float,
     hashes: dict[str, str],
@@ -124,7 +124,7 @@ def derive(
 
 def cover(
     con: duckdb.DuckDBPyConnection,
-    current: tier.Current,
+    current: tiercurrent.Current,
     checks: dict[str, list[filecheck.FileCheck]],
     ok: Callable[[filecheck.FileCheck], bool],
     stage: Callable[[list[str]], list[str]] | None,

@@ -25,9 +25,9 @@ from analyzer.tier import (
     _is_current,
     _of,
     _width,
-    current_tier,
     sources_hash,
 )
+from analyzer.tiercurrent import current_tier
 from analyzer.tierindex import Index
 from collector import filecheck, layout
 from collector.store import root_of

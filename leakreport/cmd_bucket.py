@@ -109,10 +109,11 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
             if verify:
                 for line in tierverify.repair(bucket, console()):
                     err(f"leakreport: repaired: {line}")
-            res = build(bucket, before, progress=console())
+            res = build(bucket, before, progress=console(), alone=True)
             click.echo(
                 f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
                 f"{plural(res.weeks, 'week file')} written"
+                + (f"; {res.temp_removed} temporary files removed" if res.temp_removed else "")
             )
             for line in res.skipped:
                 err(f"leakreport: incomplete: left out: {line}")

@@ -44,12 +44,15 @@ def bucket(base: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(base, tmp_path / "bucket"))
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "leakreport", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )
 
 

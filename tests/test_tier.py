@@ -259,6 +259,36 @@ def test_a_rollup_stopped_between_writing_and_deleting_leaves_no_twin(bucket, mi
     assert _doc(bucket) == want
 
 
+def test_temporary_files_of_a_stopped_rollup_are_removed(bucket) -> None:
+    """A rollup killed between writing a file and renaming it leaves a temporary file in
+    the tier: `leakreport rollup`, holding the bucket's lock, knows no other writer made it
+    and deletes it at once; a library call without the lock only deletes an hour-old one."""
+    import os
+    import subprocess
+    import sys
+
+    tier.build(bucket, before=NOW.date())
+    folder = bucket / "tier_gpu_info_week" / "date=2026-11-23" / "host=@all"
+    temps = [
+        folder / ".tmp-tier_gpu_info_week-20261123T000000000000Z-0123456789ab.parquet",
+        bucket / "tier_index" / ".2026-11-23.json.0123456789ab.tmp",
+    ]
+    for t in temps:
+        t.write_bytes(b"PAR1")
+    assert tier.build(bucket, before=NOW.date()).temp_removed == 0
+    assert all(t.exists() for t in temps)
+    os.utime(temps[0], (0, 0))  # an hour old and more
+    assert tier.build(bucket, before=NOW.date()).temp_removed == 1
+    assert not temps[0].exists() and temps[1].exists()
+    temps[0].write_bytes(b"PAR1")
+    args = [sys.executable, "-m", "leakreport", "rollup", str(bucket), "--before", "2026-12-01"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "; 2 temporary files removed" in r.stdout, r.stdout
+    assert not any(t.exists() for t in temps)
+    assert not [p for p in bucket.glob("tier_*/**/*") if p.is_file() and p.name.startswith(".")]
+
+
 def test_tier_files_follow_the_layout(bucket) -> None:
     tier.build(bucket, before=DAY2, weeks=False)
     for t in tier.ALL_TIERS:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_tier import _rewrite, _tier_files
 
-from analyzer import tier, tierweek
+from analyzer import tier, tiercurrent, tierweek
 from analyzer.bucket import Scope
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
@@ -257,7 +257,9 @@ def test_a_week_file_that_cannot_be_read_whole_is_named_and_the_rollup_goes_on(
         assert "incomplete: tier week of 2026-11-30: tier_gpu_buckets not written" in r.stderr
         assert "Traceback" not in r.stderr and f.exists()
         assert "week findings:" in r.stdout  # the step after the week files still ran
-    have = tier.current_tier(str(bucket), None, lambda _d: True, lambda _h: True, tier._width(None))
+    have = tiercurrent.current_tier(
+        str(bucket), None, lambda _d: True, lambda _h: True, tier._width(None)
+    )
     key = (dt.date(2026, 11, 30), folder.name.removeprefix("host="))
     buckets_at, _ = have[key]["tier_gpu_buckets"]
     assert not tierweek.is_week(buckets_at) and Path(buckets_at.path).exists()
