@@ -167,8 +167,9 @@ def build(
     ``weeks``, each week's files are then merged into week files (:mod:`analyzer.tierweek`).
     Then the footer-check index of the finished days is brought up to date
     (:mod:`analyzer.tierindex`). ``alone``: no other rollup runs on this bucket (the
-    caller holds its lock), so a temporary file of the tier is one a stopped run left,
-    deleted whatever its age (else an hour old, as :func:`analyzer.compact.compact`)."""
+    caller holds its lock), so a temporary file of the tier, its index or the stored week
+    findings is one a stopped run left, deleted whatever its age (else an hour old, as :func:`analyzer.compact.compact`)."""
+    from analyzer import weekstore
     from analyzer.bucket import check_bucket
     from analyzer.compact import STALE_TEMP_S, groups, remove_old, remove_stale_temp
     from analyzer.staging import stage as _stage
@@ -183,8 +184,9 @@ def build(
     tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
     if fs is None:
         age = 0.0 if alone else STALE_TEMP_S
-        res.temp_removed = remove_stale_temp(root, before, tables, age) + remove_old(
-            Path(root, tierindex.INDEX_DIR).glob(".*.tmp"), age
+        res.temp_removed = remove_stale_temp(root, before, tables, age) + sum(
+            remove_old(Path(root, d).glob(".*.tmp"), age)  # write_atomic's, of rollup's files
+            for d in (tierindex.INDEX_DIR, weekstore.STORE_DIR)
         )
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)

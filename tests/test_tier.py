@@ -272,21 +272,24 @@ def test_temporary_files_of_a_stopped_rollup_are_removed(bucket) -> None:
     temps = [
         folder / ".tmp-tier_gpu_info_week-20261123T000000000000Z-0123456789ab.parquet",
         bucket / "tier_index" / ".2026-11-23.json.0123456789ab.tmp",
+        bucket / "_week_findings" / ".2026-W48.json.0123456789ab.tmp",
     ]
+    temps[2].parent.mkdir(exist_ok=True)
     for t in temps:
         t.write_bytes(b"PAR1")
     assert tier.build(bucket, before=NOW.date()).temp_removed == 0
     assert all(t.exists() for t in temps)
     os.utime(temps[0], (0, 0))  # an hour old and more
     assert tier.build(bucket, before=NOW.date()).temp_removed == 1
-    assert not temps[0].exists() and temps[1].exists()
+    assert not temps[0].exists() and temps[1].exists() and temps[2].exists()
     temps[0].write_bytes(b"PAR1")
     args = [sys.executable, "-m", "leakreport", "rollup", str(bucket), "--before", "2026-12-01"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "; 2 temporary files removed" in r.stdout, r.stdout
+    assert "; 3 temporary files removed" in r.stdout, r.stdout
     assert not any(t.exists() for t in temps)
-    assert not [p for p in bucket.glob("tier_*/**/*") if p.is_file() and p.name.startswith(".")]
+    written = [*bucket.glob("tier_*/**/*"), *bucket.glob("_week_findings/*")]  # by rollup
+    assert not [p for p in written if p.is_file() and p.name.startswith(".")]
 
 
 def test_tier_files_follow_the_layout(bucket) -> None:
