@@ -15,6 +15,10 @@ from leakreport.common import console, die, err, verbosity_options
 from leakreport.options import parse_date
 
 
+def _removed(n: int, what: str) -> str:
+    return f"; {plural(n, what)} removed" if n else ""
+
+
 @click.command()
 @click.argument("bucket")
 @click.option(
@@ -50,8 +54,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
         die(str(e))
     click.echo(
         f"{res.folders} folders: {res.files_before} files -> {res.files_after} "
-        f"({res.rows} rows rewritten)"
-        + (f"; {res.temp_removed} stale temporary files removed" if res.temp_removed else "")
+        f"({res.rows} rows rewritten)" + _removed(res.temp_removed, "stale temporary file")
     )
     for line in res.skipped:
         err(f"leakreport: incomplete: left as it is: {line}")
@@ -113,7 +116,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
             click.echo(
                 f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
                 f"{plural(res.weeks, 'week file')} written"
-                + (f"; {res.temp_removed} temporary files removed" if res.temp_removed else "")
+                + _removed(res.temp_removed, "temporary file")
             )
             for line in res.skipped:
                 err(f"leakreport: incomplete: left out: {line}")
