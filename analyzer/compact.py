@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from collector import filecheck, layout
 from collector.schema import TABLES, table
 from collector.store import is_s3, remove, root_of, s3_filesystem
-from collector.writer import to_arrow, write_compacted
+from collector.writer import COMPACT_MARK, to_arrow, write_compacted
 
 
 class CompactError(Exception):
@@ -117,11 +117,15 @@ STALE_TEMP_S = 3600
 
 
 def remove_stale_temp(
-    root: str, before: dt.date, tables: Iterable[str] = TABLES, min_age: float = STALE_TEMP_S
+    root: str,
+    before: dt.date,
+    tables: Iterable[str] = TABLES,
+    min_age: float = STALE_TEMP_S,
+    mark: str = "",
 ) -> int:
     """Delete ``.tmp-*`` files (a writer killed between writing and renaming) ``min_age``
-    seconds old or more in the finished day folders of these tables of a local bucket;
-    how many went."""
+    seconds old or more in the finished day folders of these tables of a local bucket
+    (``mark``: only those of files named with it after the table); how many went."""
     files: list[Path] = []
     for name in tables:
         for date_dir in Path(root, name).glob("date=*"):
@@ -130,7 +134,7 @@ def remove_stale_temp(
                     continue
             except ValueError:
                 continue
-            files += date_dir.glob(f"host=*/{layout.TMP_PREFIX}*")
+            files += date_dir.glob(f"host=*/{layout.TMP_PREFIX}{name + mark if mark else ''}*")
     return remove_old(files, min_age)
 
 
@@ -154,7 +158,12 @@ def compact(
     bucket: str | os.PathLike[str],
     before: dt.date | None = None,
     progress: Callable[[str], None] | None = None,
+    alone: bool = False,
 ) -> Result:
+    """Merge each finished day's files of a table and host into one. ``alone``: no other
+    compact runs on this bucket (the caller holds its lock), so a temporary compacted
+    file is one a stopped compact left, deleted whatever its age; every other temporary
+    file (a collector's, still being written perhaps) once it is an hour old."""
     before = before or dt.datetime.now(dt.UTC).date()  # today is not finished
     res = Result()
     fs = s3_filesystem() if is_s3(bucket) else None
@@ -167,6 +176,8 @@ def compact(
         raise CompactError(f"{bucket}: cannot list the bucket: {e}") from e
     if fs is None:
         res.temp_removed = remove_stale_temp(root, before)
+        if alone:
+            res.temp_removed += remove_stale_temp(root, before, min_age=0.0, mark=COMPACT_MARK)
     for (name, day, host_dir), entries in sorted(todo.items()):
         counts = compact_group(str(bucket), name, day, host_dir, entries, fs, res.skipped)
         res.add(f"{name}/{day}/host={host_dir}", counts, progress)

@@ -47,7 +47,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
 
     try:
         with held(bucket, "leakreport compact"):
-            res = run_compact(bucket, before, progress=console())
+            res = run_compact(bucket, before, progress=console(), alone=True)
     except BucketBusy as e:
         die(f"incomplete: {e}", exitcodes.INCOMPLETE)
     except (CompactError, OSError) as e:

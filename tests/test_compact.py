@@ -110,3 +110,24 @@ def test_stale_temporary_files_are_removed(tmp_path) -> None:
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     res = compact_mod.compact(tmp_path, dt.date(2030, 1, 1))
     assert res.temp_removed == 1 and not old.exists() and fresh.exists()
+
+
+def test_a_stopped_compacts_temporary_file_goes_at_once_under_the_lock(tmp_path) -> None:
+    """`leakreport compact` holds the bucket's lock: a temporary compacted file is one a
+    stopped compact left, deleted at once; a collector's (no compact mark in its name)
+    may still be being written, and stays until it is an hour old."""
+    from collector.layout import COMPACT_MARK, TMP_PREFIX
+
+    simulate("healthy-static", tmp_path, hosts=1, hours=1, seed=2)
+    folder = next((tmp_path / "gpu_samples").glob("date=*/host=*"))
+    mine = folder / f"{TMP_PREFIX}gpu_samples{COMPACT_MARK}20261123T000000000000Z-0a.parquet"
+    theirs = folder / f"{TMP_PREFIX}gpu_samples-20261123T000000000000Z-0b.parquet"
+    for f in (mine, theirs):
+        f.write_bytes(b"half a file")
+    assert compact_mod.compact(tmp_path, dt.date(2030, 1, 1)).temp_removed == 0  # no lock
+    assert mine.exists() and theirs.exists()
+    args = [sys.executable, "-m", "leakreport", "compact", str(tmp_path), "--before", "2030-01-01"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "; 1 stale temporary file removed" in r.stdout, r.stdout
+    assert not mine.exists() and theirs.exists()
