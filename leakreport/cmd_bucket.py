@@ -98,6 +98,8 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     (the folder above the bucket?). One compact or rollup at a time on a bucket
     folder: another one running (a cron run that overran) is named, nothing is
     done, exit 3 (an S3 bucket has no lock: run one such job per bucket there).
+    A run killed at any point (a reboot, the OOM killer) leaves a bucket that analyses
+    the same; the next run clears what it left half done and finishes the work.
 
     \b
     Example (daily cron; add --verify once a week):
