@@ -1,6 +1,7 @@
-"""`leakreport rollup` killed (SIGKILL, as a machine that loses power or an OOM killer
-would) at points through its run: every analysis between the kills gives the findings of
-the raw samples, exit 0, and the next rollup finishes the tier. Bounded: four kills."""
+"""`leakreport rollup` and `compact` killed (SIGKILL, as a machine that loses power or an
+OOM killer would) at points through their run: every analysis between the kills gives the
+findings of the raw samples, exit 0, and the next run finishes the work, leaving what an
+uninterrupted run leaves. Bounded: four kills each."""
 
 from __future__ import annotations
 
@@ -65,3 +66,50 @@ def test_a_rollup_killed_anywhere_leaves_a_bucket_that_analyses_the_same(raw, tm
         assert r.returncode == 0 and _findings(doc) == want, (frac, r.stderr)
     # most kills came mid-run, with part of the tier written
     assert len(killed) >= 3 and len(set(killed)) >= 2, killed
+
+
+def _kill_at(cmd: list[str], bucket: Path, after_s: float) -> bool:
+    """Run ``cmd`` on ``bucket`` and SIGKILL it after ``after_s``; whether it was killed."""
+    p = subprocess.Popen([*cmd, str(bucket)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        p.wait(timeout=after_s)
+        return False
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        return True
+
+
+def _files(bucket: Path) -> dict[str, int]:
+    """Files of each folder of the bucket, hidden ones (temporary files) by name."""
+    out: dict[str, int] = {}
+    for p in bucket.rglob("*"):
+        if p.is_file() and p.name != ".leakreport-writer.lock":
+            key = str(
+                p.relative_to(bucket) if p.name.startswith(".") else p.parent.relative_to(bucket)
+            )
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_a_compact_killed_anywhere_leaves_a_bucket_that_analyses_the_same(raw, tmp_path) -> None:
+    base, want = raw
+    compact = [sys.executable, "-m", "leakreport", "compact", "--before", BEFORE.isoformat(), "-q"]
+    timed = Path(shutil.copytree(base, tmp_path / "timed"))
+    t0 = time.perf_counter()
+    assert subprocess.run([*compact, str(timed)], capture_output=True).returncode == 0
+    whole = time.perf_counter() - t0
+    shape = _files(timed)  # one file per finished folder, the rest as they were
+    killed = 0
+    for frac in (0.3, 0.55, 0.75, 0.9):
+        bucket = Path(shutil.copytree(base, tmp_path / f"at-{frac}"))
+        killed += _kill_at(compact, bucket, whole * frac)
+        r, doc = _analyze(bucket)
+        assert r.returncode == 0, (frac, r.stderr)
+        assert _findings(doc) == want, frac
+        r = _cli("compact", str(bucket), "--before", BEFORE.isoformat(), "-q")
+        assert r.returncode == 0, (frac, r.stderr)
+        assert _files(bucket) == shape, frac
+        r, doc = _analyze(bucket)
+        assert r.returncode == 0 and _findings(doc) == want, (frac, r.stderr)
+    assert killed >= 3, killed
