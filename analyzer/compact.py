@@ -116,16 +116,9 @@ def compact_group(
 STALE_TEMP_S = 3600
 
 
-def remove_stale_temp(
-    root: str,
-    before: dt.date,
-    tables: Iterable[str] = TABLES,
-    min_age: float = STALE_TEMP_S,
-    mark: str = "",
-) -> int:
-    """Delete ``.tmp-*`` files (a writer killed between writing and renaming) ``min_age``
-    seconds old or more in the finished day folders of these tables of a local bucket
-    (``mark``: only those of files named with it after the table); how many went."""
+def stale_temp(root: str, before: dt.date, tables: Iterable[str] = TABLES) -> list[Path]:
+    """The ``.tmp-*`` files (a writer killed between writing and renaming) in the finished
+    day folders of these tables of a local bucket."""
     files: list[Path] = []
     for name in tables:
         for date_dir in Path(root, name).glob("date=*"):
@@ -134,8 +127,8 @@ def remove_stale_temp(
                     continue
             except ValueError:
                 continue
-            files += date_dir.glob(f"host=*/{layout.TMP_PREFIX}{name + mark if mark else ''}*")
-    return remove_old(files, min_age)
+            files += date_dir.glob(f"host=*/{layout.TMP_PREFIX}*")
+    return files
 
 
 def remove_old(files: Iterable[Path], min_age: float) -> int:
@@ -175,9 +168,11 @@ def compact(
     except OSError as e:
         raise CompactError(f"{bucket}: cannot list the bucket: {e}") from e
     if fs is None:
-        res.temp_removed = remove_stale_temp(root, before)
-        if alone:
-            res.temp_removed += remove_stale_temp(root, before, min_age=0.0, mark=COMPACT_MARK)
+        temp = stale_temp(root, before)
+        ours = [f for f in temp if COMPACT_MARK in f.name]  # no other writer names these
+        res.temp_removed = remove_old(ours, 0.0 if alone else STALE_TEMP_S) + remove_old(
+            [f for f in temp if COMPACT_MARK not in f.name], STALE_TEMP_S
+        )
     for (name, day, host_dir), entries in sorted(todo.items()):
         counts = compact_group(str(bucket), name, day, host_dir, entries, fs, res.skipped)
         res.add(f"{name}/{day}/host={host_dir}", counts, progress)

@@ -69,6 +69,8 @@ JOINT_CHAIN = (
 )
 JOINT_TABLES = {t for t, _s in JOINT.values()}
 ALL_TIERS = (*TIERS, *JOINT)
+# every table the tier's files are stored under: the day files' and the week files'
+STORED = (*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS))
 # the modules that turn log lines into events: part of a joint table's hash
 PARSER = ("logevents.py", "logparse.py", "logformats.py", "logstamps.py", "logread.py")
 HASH_KEY = b"leakreport.tier_sql_hash"
@@ -168,10 +170,11 @@ def build(
     Then the footer-check index of the finished days is brought up to date
     (:mod:`analyzer.tierindex`). ``alone``: no other rollup runs on this bucket (the
     caller holds its lock), so a temporary file of the tier, its index or the stored week
-    findings is one a stopped run left, deleted whatever its age (else an hour old, as :func:`analyzer.compact.compact`)."""
+    findings is one a stopped run left, deleted whatever its age (else once it is an hour
+    old, as :func:`analyzer.compact.compact` does)."""
     from analyzer import weekstore
     from analyzer.bucket import check_bucket
-    from analyzer.compact import STALE_TEMP_S, groups, remove_old, remove_stale_temp
+    from analyzer.compact import STALE_TEMP_S, groups, remove_old, stale_temp
     from analyzer.staging import stage as _stage
 
     before = before or dt.datetime.now(dt.UTC).date()
@@ -181,13 +184,13 @@ def build(
     stmts = statements()
     hashes = {t: sql_hash(width, t) for t in ALL_TIERS}
     res = Result()
-    tables = [*ALL_TIERS, *(tierweek.week_table(t) for t in ALL_TIERS)]
     if fs is None:
-        age = 0.0 if alone else STALE_TEMP_S
-        res.temp_removed = remove_stale_temp(root, before, tables, age) + sum(
-            remove_old(Path(root, d).glob(".*.tmp"), age)  # write_atomic's, of rollup's files
+        temp = stale_temp(root, before, STORED) + [
+            f  # write_atomic's, of the rollup's other files
             for d in (tierindex.INDEX_DIR, weekstore.STORE_DIR)
-        )
+            for f in Path(root, d).glob(".*.tmp")
+        ]
+        res.temp_removed = remove_old(temp, 0.0 if alone else STALE_TEMP_S)
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)
     have = tiercurrent.current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
@@ -264,7 +267,7 @@ def build(
         res.weeks = tierweek.pack(
             bucket, root, fs, now, now.weeks, hashes, progress, res.week_failures
         )
-    tierindex.refresh(root, fs, before, index, tables, lambda e: tiercurrent.tier_meta(e, fs))
+    tierindex.refresh(root, fs, before, index, list(STORED), lambda e: tiercurrent.tier_meta(e, fs))
     return res
 
 
@@ -278,8 +281,9 @@ def _delete_old(
 ) -> None:
     """Delete the tier files of this host-day and these tier tables other than the ones
     just written (``keep``, by name): older ones, and any a stopped run left beside them."""
-    for t in tables:
-        for e in layout.list_entries(root, t, fs, lambda d: d == day):
+    host = layout.decode_host(host_dir)
+    for t in tables:  # this host's folder only (locally; S3 lists the table)
+        for e in layout.list_entries(root, t, fs, lambda d: d == day, lambda h: h == host):
             if e.host_dir == host_dir and e.name not in keep:
                 remove(e.path, fs)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 
-from analyzer import rowcheck, tier, tierweek
+from analyzer import rowcheck, tier
 from collector import layout
 from collector.store import remove, root_of
 
@@ -29,8 +29,7 @@ def repair(bucket: str, progress: Callable[[str], None] | None = None) -> list[s
 
     fs = check_bucket(bucket)
     root = root_of(bucket, fs)
-    tables = [*tier.ALL_TIERS, *(tierweek.week_table(t) for t in tier.ALL_TIERS)]
-    paths = [e.path for t in tables for e in layout.list_entries(root, t, fs)]
+    paths = [e.path for t in tier.STORED for e in layout.list_entries(root, t, fs)]
     if progress:
         progress(f"verify: decoding the rows of {len(paths)} stored tier files")
     with tempfile.TemporaryDirectory(prefix="leakreport-verify-") as folder:
