@@ -46,13 +46,13 @@ def host_weights(bucket: str, scope: Any) -> Weights:
     fs = s3_filesystem() if is_s3(bucket) else None
     root = root_of(bucket, fs)
     days: dict[str, set[dt.date]] = {}
-    for e in layout.list_entries(root, "gpu_samples", fs, scope.date_ok, scope.host_ok):
+    for e in layout.list_entries(root, "gpu_samples", fs, scope.date_filter, scope.host_filter):
         days.setdefault(e.host, set()).add(e.day)
     stored: dict[str, int] = {}
     try:
         index = tierindex.stored(root, fs)
         current = tiercurrent.current_tier(
-            root, fs, scope.date_ok, scope.host_ok, tier._width(None), index
+            root, fs, scope.date_filter, scope.host_filter, tier._width(None), index
         )
     except (OSError, RuntimeError):
         current = tiercurrent.Current()

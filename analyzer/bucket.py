@@ -91,6 +91,16 @@ class Scope:
         """``h`` is the name a host folder decodes to (:func:`collector.layout.host_folders`)."""
         return not self.hosts or h in self._folders
 
+    @property
+    def date_filter(self) -> layout.DateOk:
+        """:meth:`date_ok`, or :data:`layout.ANY` where no date is given (S3 then
+        lists a table at once, not date by date)."""
+        return self.date_ok if self.since or self.until else layout.ANY
+
+    @property
+    def host_filter(self) -> layout.HostOk:
+        return self.host_ok if self.hosts else layout.ANY
+
     @functools.cached_property
     def _folders(self) -> set[str]:
         return layout.host_folders(self.hosts)
@@ -111,7 +121,9 @@ def checked_files(
 ) -> tuple[list[filecheck.FileCheck], list[filecheck.FileCheck]]:
     """(readable files of a table in scope, files left out because they do not match);
     ``index``: the footer checks the last ``leakreport rollup`` stored."""
-    entries = layout.list_entries(root_of(bucket, fs), table, fs, scope.date_ok, scope.host_ok)
+    entries = layout.list_entries(
+        root_of(bucket, fs), table, fs, scope.date_filter, scope.host_filter
+    )
     if index is None:
         return filecheck.live(filecheck.check_all(entries, fs))
     return filecheck.live(index.checks(entries, lambda es: filecheck.check_all(es, fs)))

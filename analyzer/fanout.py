@@ -35,10 +35,12 @@ def list_hosts(bucket: str | Path, scope: Scope) -> list[str]:
 
         fs = s3_filesystem()
         try:
-            return layout.hosts_in(s3_root(str(bucket)), TABLES, fs, scope.date_ok, scope.host_ok)
+            return layout.hosts_in(
+                s3_root(str(bucket)), TABLES, fs, scope.date_filter, scope.host_filter
+            )
         except OSError as e:  # pyarrow's S3 errors are OSErrors
             raise BucketError(f"{bucket}: cannot open the S3 bucket: {e}") from e
-    return layout.hosts_in(str(bucket), TABLES, None, scope.date_ok, scope.host_ok)
+    return layout.hosts_in(str(bucket), TABLES, None, scope.date_filter, scope.host_filter)
 
 
 def _task(

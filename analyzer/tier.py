@@ -193,7 +193,7 @@ def build(
         res.temp_removed = remove_old(temp, 0.0 if alone else STALE_TEMP_S)
     good_of: dict[tuple[str, dt.date, str], list[layout.Entry]] = {}
     index = tierindex.load(root, fs, progress)
-    have = tiercurrent.current_tier(root, fs, lambda d: d < before, lambda _h: True, width, index)
+    have = tiercurrent.current_tier(root, fs, lambda d: d < before, layout.ANY, width, index)
     for path in have.twins:  # the same rows twice: one file of each stays
         remove(path, fs)
     built: set[tuple[dt.date, str]] = set()
@@ -263,7 +263,7 @@ def build(
                 built.add((day, host_dir))
     res.built, res.current = len(built), len(seen - built)
     if weeks:
-        now = tiercurrent.current_tier(root, fs, lambda _d: True, lambda _h: True, width, index)
+        now = tiercurrent.current_tier(root, fs, layout.ANY, layout.ANY, width, index)
         res.weeks = tierweek.pack(
             bucket, root, fs, now, now.weeks, hashes, progress, res.week_failures
         )
@@ -281,10 +281,9 @@ def _delete_old(
 ) -> None:
     """Delete the tier files of this host-day and these tier tables other than the ones
     just written (``keep``, by name): older ones, and any a stopped run left beside them."""
-    host = layout.decode_host(host_dir)
-    for t in tables:  # this host's folder only (locally; S3 lists the table)
-        for e in layout.list_entries(root, t, fs, lambda d: d == day, lambda h: h == host):
-            if e.host_dir == host_dir and e.name not in keep:
+    for t in tables:
+        for e in layout.folder_entries(root, t, day, host_dir, fs):
+            if e.name not in keep:
                 remove(e.path, fs)
 
 

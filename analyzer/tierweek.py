@@ -86,10 +86,11 @@ def list_weeks(
     def week_ok(m: dt.date) -> bool:
         return any(date_ok(m + dt.timedelta(days=i)) for i in range(7))
 
+    keep = layout.ANY if date_ok is layout.ANY else week_ok
     return [
         e
         for t in tier_tables
-        for e in layout.list_entries(root, week_table(t), fs, week_ok)
+        for e in layout.list_entries(root, week_table(t), fs, keep)
         if e.host_dir == layout.FLEET_DIR
     ]
 
@@ -159,7 +160,7 @@ def pack(
         for t, owner in tables.items():
             by_week.setdefault((t, monday(key[0])), {})[key] = owner
     listed: dict[tuple[str, dt.date], list[layout.Entry]] = {}
-    for e in list_weeks(root, fs, sorted({t for t, _m in by_week}), lambda _d: True):
+    for e in list_weeks(root, fs, sorted({t for t, _m in by_week}), layout.ANY):
         listed.setdefault((tier_of(e.table), e.day), []).append(e)
     written = 0
     with duckdb.connect() as con, tempfile.TemporaryDirectory(prefix="leakreport-week-") as tmp:

@@ -150,6 +150,9 @@ def _all(_x: Any) -> bool:
     return True
 
 
+ANY = _all  # the date or host filter that keeps everything (S3 then lists the table at once)
+
+
 def host_folders(names: Iterable[str]) -> set[str]:
     """What the folders of these real host names decode to, the name a :data:`HostOk` is
     given: the name itself, but for one too long for a folder (cut, ending in ``~<hash>``)."""
@@ -182,19 +185,77 @@ def list_entries(
     if fs is not None:
         from pyarrow.fs import FileSelector, FileType
 
-        base = f"{root}/{table}".strip("/")
-        for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
-            p = parse(info.path) if info.type == FileType.File else None
-            if p and p[0] == table and date_ok(p[1]) and host_ok(decode_host(p[2])):
-                mtime = info.mtime_ns
-                stamp = (info.size, mtime) if info.size is not None and mtime else None
-                out.append(Entry(info.path, table, p[1], p[2], stamp))
+        for base in _s3_prefixes(fs, f"{root}/{table}".strip("/"), date_ok, host_ok):
+            sel = FileSelector(base, recursive=True, allow_not_found=True)
+            for info in fs.get_file_info(sel):
+                p = parse(info.path) if info.type == FileType.File else None
+                if p and p[0] == table and date_ok(p[1]) and host_ok(decode_host(p[2])):
+                    mtime = info.mtime_ns
+                    stamp = (info.size, mtime) if info.size is not None and mtime else None
+                    out.append(Entry(info.path, table, p[1], p[2], stamp))
         return sorted(out, key=lambda e: e.path)
     for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok):
         for f in _listdir(hdir):
             if _is_trace(f):
                 out.append(Entry(os.path.join(hdir, f), table, day, hv))
     return out
+
+
+def folder_entries(
+    root: str, table: str, day: dt.date, host_dir: str, fs: Any = None
+) -> list[Entry]:
+    """The files of one host-day folder of a table (one listing of that folder alone)."""
+    path = f"{root.rstrip('/')}/{partition(table, day, '', host_dir)}"
+    if fs is None:
+        names = [f for f in _listdir(path) if _is_trace(f)]
+        return [Entry(os.path.join(path, f), table, day, host_dir) for f in names]
+    from pyarrow.fs import FileSelector, FileType
+
+    sel = FileSelector(path.strip("/"), recursive=False, allow_not_found=True)
+    infos = [i for i in fs.get_file_info(sel) if i.type == FileType.File]
+    return sorted(
+        (Entry(i.path, table, day, host_dir) for i in infos if _is_trace(i.base_name)),
+        key=lambda e: e.path,
+    )
+
+
+def _s3_prefixes(fs: Any, base: str, date_ok: DateOk, host_ok: HostOk) -> list[str]:
+    """The prefixes under a table to list in full: the table's own where most of it is in
+    scope, else its ``date=`` folders in scope, or their ``host=`` folders in scope where
+    few hosts are. One delimiter listing a level decides, so a day or a host of a long
+    history costs a few requests, not the whole table's keys (1,000 a request)."""
+    if date_ok is _all and host_ok is _all:
+        return [base]
+    days = _s3_dirs(fs, base, "date")
+    keep = [d for v, d in days if (day := _day(v)) is not None and date_ok(day)]
+    if host_ok is _all and 2 * len(keep) > len(days):
+        return [base]
+    out: list[str] = []
+    for d in keep:
+        hosts = _s3_dirs(fs, d, "host")
+        mine = [h for v, h in hosts if host_ok(decode_host(v))]
+        out += [d] if 2 * len(mine) > len(hosts) else mine
+    return out
+
+
+def _s3_dirs(fs: Any, prefix: str, key: str) -> list[tuple[str, str]]:
+    """(value, path) of the ``key=value`` folders right under ``prefix``."""
+    from pyarrow.fs import FileSelector, FileType
+
+    sel = FileSelector(prefix, recursive=False, allow_not_found=True)
+    out = []
+    for info in fs.get_file_info(sel):
+        v = _value(info.base_name, key) if info.type == FileType.Directory else None
+        if v is not None:
+            out.append((v, info.path))
+    return out
+
+
+def _day(value: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def _is_trace(name: str) -> bool:

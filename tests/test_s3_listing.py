@@ -1,0 +1,114 @@
+"""Listing a table on a real S3-compatible server (moto, 127.0.0.1): the same files as in a
+folder of the same layout, whatever the scope, and a narrow scope lists only its prefixes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from motoserver import MOTO, moto_s3, s3_with_bucket
+
+from collector import layout
+
+pytestmark = pytest.mark.skipif(MOTO is None, reason="moto[server] missing")
+
+DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(10)]
+HOSTS = ["gpu-a", "gpu-b", "gpu/1", "gpu-c", "gpu-d"]
+BUCKET = "listing"
+
+
+def _relpaths() -> list[str]:
+    out = []
+    for day in DAYS:
+        for host in HOSTS:
+            folder = layout.partition("gpu_samples", day, host)
+            out += [f"{folder}/f{i}.parquet" for i in range(2)]
+            out.append(f"{folder}/{layout.TMP_PREFIX}x.parquet")  # never listed
+    out.append("gpu_samples/date=2026-11-02/stray.parquet")  # not in a host folder
+    out.append("proc_samples/date=2026-11-02/host=gpu-a/p.parquet")  # another table
+    return out
+
+
+class Counting:
+    """A file system that counts what its listings return (S3 answers 1,000 keys a request)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs, self.listings, self.keys = fs, 0, 0
+
+    def get_file_info(self, what: Any) -> Any:
+        got = self.fs.get_file_info(what)
+        self.listings += 1
+        self.keys += len(got) if isinstance(got, list) else 1
+        return got
+
+
+@pytest.fixture(scope="module")
+def buckets(tmp_path_factory):
+    local = tmp_path_factory.mktemp("local")
+    with moto_s3(BUCKET) as env:
+        host, port = env["AWS_ENDPOINT_URL"].removeprefix("http://").split(":")
+        s3 = s3_with_bucket(host, int(port), BUCKET)
+        for rel in _relpaths():
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            (local / rel).write_bytes(b"x")
+            with s3.open_output_stream(f"{BUCKET}/{rel}") as f:
+                f.write(b"x")
+        yield str(local), s3
+
+
+def _one(d: dt.date) -> layout.DateOk:
+    return lambda x: x == d
+
+
+SCOPES: dict[str, tuple[layout.DateOk, layout.HostOk]] = {
+    "everything": (layout.ANY, layout.ANY),
+    "one day": (_one(DAYS[3]), layout.ANY),
+    "most days": (lambda d: d >= DAYS[2], layout.ANY),
+    "one host": (layout.ANY, lambda h: h == "gpu/1"),
+    "most hosts": (layout.ANY, lambda h: h != "gpu-a"),
+    "one day, one host": (_one(DAYS[5]), lambda h: h == "gpu-b"),
+    "a day not there": (_one(dt.date(2025, 1, 1)), layout.ANY),
+    "filters that keep all": (lambda _d: True, lambda _h: True),
+}
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_s3_lists_what_a_folder_lists(buckets, scope: str) -> None:
+    local, s3 = buckets
+    date_ok, host_ok = SCOPES[scope]
+    here = layout.list_entries(local, "gpu_samples", None, date_ok, host_ok)
+    there = layout.list_entries(BUCKET, "gpu_samples", s3, date_ok, host_ok)
+    key = [(e.path.removeprefix(local).strip("/"), e.day, e.host) for e in here]
+    assert [(e.path.removeprefix(BUCKET).strip("/"), e.day, e.host) for e in there] == key
+    assert all(e.stamp is not None for e in there)  # size and time come with the listing
+    if scope == "everything":
+        assert len(there) == len(DAYS) * len(HOSTS) * 2
+
+
+def test_a_narrow_scope_lists_only_its_prefixes(buckets) -> None:
+    _local, s3 = buckets
+    whole = Counting(s3)
+    layout.list_entries(BUCKET, "gpu_samples", whole)
+    assert whole.listings == 1 and whole.keys >= len(DAYS) * len(HOSTS) * 3
+    narrow = Counting(s3)
+    got = layout.list_entries(BUCKET, "gpu_samples", narrow, _one(DAYS[5]), lambda h: h == "gpu-b")
+    assert len(got) == 2
+    # the dates, the hosts of one date, then one host folder's three files
+    assert narrow.listings == 3 and narrow.keys == len(DAYS) + len(HOSTS) + 3
+    day = Counting(s3)
+    assert len(layout.list_entries(BUCKET, "gpu_samples", day, _one(DAYS[5]))) == 10
+    assert day.keys < whole.keys / 5
+
+
+def test_one_folder_is_listed_alone(buckets) -> None:
+    local, s3 = buckets
+    host_dir = layout.encode_host("gpu/1")
+    here = layout.folder_entries(local, "gpu_samples", DAYS[0], host_dir)
+    counted = Counting(s3)
+    there = layout.folder_entries(BUCKET, "gpu_samples", DAYS[0], host_dir, counted)
+    assert [e.name for e in here] == [e.name for e in there] == ["f0.parquet", "f1.parquet"]
+    assert {e.host for e in there} == {"gpu/1"}
+    assert counted.listings == 1 and counted.keys == 3
+    assert layout.folder_entries(BUCKET, "gpu_samples", DAYS[0], "nobody", s3) == []
+    assert layout.folder_entries(local, "gpu_samples", DAYS[0], "nobody") == []
