@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
+
+from collector.importers import zone
 
 FAMILIES = ("sglang", "vllm", "torch")
 
@@ -211,10 +212,7 @@ def grade_file(labels: Path, *, year: int | None = None, tz: str = "UTC") -> Fil
 
 def grade(paths: list[Path], *, year: int | None = None, tz: str = "UTC") -> Grade:
     """Grade every labels file in ``paths`` (files, or folders of ``*.jsonl``)."""
-    try:
-        ZoneInfo(tz)
-    except (KeyError, ValueError):
-        raise ValueError(f"unknown time zone {tz!r}") from None
+    zone(tz)  # an unknown zone fails here, naming it
     files: list[Path] = []
     for p in paths:
         if p.is_dir():

@@ -32,12 +32,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import polars as pl
 
 from analyzer import logformats as F
 from analyzer import logread, logstamps
+from collector.importers import zone
 
 EVENT_TYPES = F.EVENT_TYPES
 _TEXT = pl.col("text")
@@ -275,7 +275,7 @@ def parse_frame(
 
     ``tz`` names the zone of stamps that carry no offset (an IANA name; default UTC).
     Long inputs are parsed ``chunk_lines`` at a time, with the same result."""
-    ZoneInfo(tz)  # an unknown zone fails here, naming it
+    zone(tz)  # an unknown zone fails here, naming it
     n, step, ctx = lines.len(), max(chunk_lines, 1), F.MAX_CONTINUATION
 
     def job(lo: int) -> _Job:
@@ -299,7 +299,7 @@ def parse_file(
     """``parse_frame`` of a file's lines, and how many lines it has, read ``chunk_bytes``
     at a time: memory holds a few chunks and the events, whatever the file's size.
     ``text=False`` leaves out the events' line text (what ``events`` does not show)."""
-    ZoneInfo(tz)
+    zone(tz)
 
     def job(w: logread.Window) -> _Job:
         def run() -> tuple[pl.DataFrame | None, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer import logformats as F
+from collector.importers import fixed_offset
 
 _TEXT = pl.col("text")
 COLUMNS = ("_stamp", "_off", "_no_year")
@@ -20,7 +21,12 @@ COLUMNS = ("_stamp", "_off", "_no_year")
 def to_utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
     """'YYYY-MM-DD HH:MM:SS' + optional offset ('Z', '+0800', '+08:00') -> UTC datetime."""
     off = offset.str.replace("^Z$", "+00:00").str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2")
+    fixed = fixed_offset(tz)
+    if fixed is not None:  # a naive stamp is read at this offset, as if it carried it
+        off = off.fill_null(pl.lit(fixed))
     aware = (stamp + off).str.to_datetime("%Y-%m-%d %H:%M:%S%:z", strict=False, time_zone="UTC")
+    if fixed is not None:
+        return aware
     naive = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
     if tz != "UTC":
         naive = naive.dt.replace_time_zone(

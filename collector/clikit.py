@@ -53,10 +53,10 @@ def _check_tz(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     """The zone as every reader takes it ("utc" and "Z" become "UTC"), or a usage error."""
     if value is None:
         return None
-    from collector.importers import zone  # the one reading of a zone name
+    from collector.importers import fixed_offset, zone  # the one reading of a zone name
 
     try:
-        return "UTC" if zone(value) is dt.UTC else value
+        return "UTC" if zone(value) is dt.UTC else (fixed_offset(value) or value)
     except ValueError as e:
         raise click.BadParameter(str(e), param=param) from None
 

@@ -130,14 +130,32 @@ class Imported:
         return text
 
 
+_FIXED = re.compile(r"(?:UTC|GMT)?([+-])(\d\d?)(?::?(\d\d))?", re.I)
+
+
+def fixed_offset(tz: str) -> str | None:
+    """A fixed offset (``+02:00``, ``-0530``, ``UTC+2``) as ``+HH:MM``; None for a name."""
+    m = _FIXED.fullmatch(tz.strip())
+    if not m or int(m.group(2)) > 23 or int(m.group(3) or 0) > 59:
+        return None
+    return f"{m.group(1)}{int(m.group(2)):02d}:{m.group(3) or '00'}"
+
+
 def zone(tz: str | dt.tzinfo | None) -> dt.tzinfo:
-    """The zone naive times are read in (nvidia-smi and servers print local time)."""
+    """The zone naive times are read in (nvidia-smi and servers print local time): an
+    IANA name, or a fixed offset such as ``+02:00``."""
     if tz is None or isinstance(tz, dt.tzinfo):
         return tz or dt.UTC
+    if (off := fixed_offset(tz)) is not None:
+        sign = -1 if off[0] == "-" else 1
+        delta = dt.timedelta(hours=int(off[1:3]), minutes=int(off[4:6]))
+        return dt.UTC if not delta else dt.timezone(sign * delta)
     try:
         return dt.UTC if tz.upper() in ("UTC", "Z") else ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {tz!r} (use a name such as Europe/Berlin)") from None
+        raise ValueError(
+            f"unknown time zone {tz!r} (use a name such as Europe/Berlin, or an offset such as +02:00)"
+        ) from None
 
 
 def _is_header(parts: list[str], cols: list[tuple[str | None, str | None]]) -> bool:

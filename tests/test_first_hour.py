@@ -4,6 +4,7 @@ that refuse what they do not know."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import click
+import pyarrow.parquet as pq
 import pytest
 
 from analyzer import exitcodes
@@ -205,6 +207,32 @@ def test_utc_spellings_the_importers_take_work_for_logs_parse_too(tz) -> None:
     readme = str(Path(__file__).parent.parent / "README.md")
     r = leakreport("logs", "parse", readme, "--tz", tz)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_fixed_offset_zone_works_as_the_help_says(tmp_path) -> None:
+    """--tz +02:00 (the help's own example) reads naive stamps two hours ahead of UTC, in
+    logs parse and in both importers that take it."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        '[2026-12-01 12:00:00] INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+        "[2026-12-01 12:00:01] Decode batch. #running-req: 1, #token: 90, token usage: 0.01\n"
+    )
+    r = leakreport("logs", "parse", str(log), "--tz", "+02:00", "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["ts"] for x in r.stdout.splitlines()] == ["2026-12-01T10:00:01"]
+    csv = tmp_path / "smi.csv"
+    csv.write_text("timestamp, index, memory.used [MiB]\n2026/12/01 12:00:00, 0, 100\n")
+    b = tmp_path / "b"
+    for cmd in (("nvidia-smi-csv", str(csv)), ("server-log", str(log))):
+        r = leakcollect("import", *cmd, "--host", "h", "--bucket", str(b), "--tz", "UTC+2")
+        assert r.returncode == 0, r.stderr
+    (f,) = (b / "gpu_samples").rglob("*.parquet")
+    assert pq.read_table(f).column("ts").to_pylist() == [
+        dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
+    ]
+    (f,) = (b / "log_lines").rglob("*.parquet")
+    (line,) = pq.read_table(f).to_pylist()
+    assert line["ts"] == dt.datetime(2026, 12, 1, 10, 0, 1, tzinfo=dt.UTC)
 
 
 def test_source_timeouts_are_options_and_a_stuck_source_says_its_limit(tmp_path) -> None:

@@ -126,6 +126,13 @@ def test_zone_names() -> None:
     assert str(zone("Asia/Tokyo")) == "Asia/Tokyo"
     with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
         zone("Mars/Olympus")
+    assert zone("+02:00") == dt.timezone(dt.timedelta(hours=2))
+    assert zone("UTC+5:30") == zone("+0530") == dt.timezone(dt.timedelta(hours=5, minutes=30))
+    assert zone("-08") == dt.timezone(dt.timedelta(hours=-8))
+    assert zone("+00:00") is dt.UTC
+    for bad in ("+25:00", "+02:61", "2", "+"):
+        with pytest.raises(ValueError, match="unknown time zone"):
+            zone(bad)
 
 
 def test_rows_without_times_step_by_interval(tmp_path) -> None:
