@@ -83,6 +83,13 @@ SCREEN = (
 
 # Lines that quote source code in a traceback never state an event.
 CODE_LINE = r"^\s*(?:assert|raise|return|yield) |^\s*File \""
+# A server's request log (SGLang --log-requests, vLLM's request logger) quotes what users
+# sent and got: their text may say anything ("CUDA out of memory", "ServerArgs("), so such
+# a line is never an event. Looked for in a line's first REQUEST_HEAD characters.
+REQUEST_LINE = (
+    r"\b(?:Receive|Finish): obj=\w+\(|\bReceived request \S+: |\bGenerated response \S+: "
+)
+REQUEST_HEAD = 400
 
 SIZE = r"([\d.]+) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 UNITS = {

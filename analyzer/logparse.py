@@ -181,6 +181,7 @@ def _scan(
     cand = cand.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))
     cand = cand.with_columns(_classify().alias("event")).filter(pl.col("event").is_not_null())
     cand = cand.filter(~_TEXT.str.replace(F.OUTER, "").str.contains(F.CODE_LINE))
+    cand = cand.filter(~_TEXT.str.slice(0, F.REQUEST_HEAD).str.contains(F.REQUEST_LINE))
     if cand.height == 0:
         return None
     cand = _records(df, cand, first).filter(pl.col("line").is_between(*keep, closed="left"))

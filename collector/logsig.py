@@ -73,9 +73,17 @@ _CONTINUED = {"kv_leak_check", "oom", "server_args", "kv_capacity", "batch_stats
 MAX_CONTINUATION = 5
 
 
+# a request log line (user text; never stored): the analyzer's REQUEST_LINE
+_REQUEST = re.compile(
+    r"\b(?:Receive|Finish): obj=\w+\(|\bReceived request \S+: |\bGenerated response \S+: "
+)
+REQUEST_HEAD = 400
+
+
 def match(line: str) -> str | None:
-    """The name of the first signature the line matches, or None."""
-    if not _ANY.search(line):
+    """The name of the first signature the line matches, or None (also for a request
+    log line, which quotes users' text)."""
+    if not _ANY.search(line) or _REQUEST.search(line, 0, REQUEST_HEAD):
         return None
     for name, rx in _COMPILED:
         if rx.search(line):

@@ -153,6 +153,32 @@ def test_collector_and_analyzer_agree_on_what_continues_a_line() -> None:
 
     assert logsig._NEW_RECORD.pattern == logparse.F.NEW_RECORD
     assert logsig.MAX_CONTINUATION == logparse.F.MAX_CONTINUATION
+    assert logsig._REQUEST.pattern == logparse.F.REQUEST_LINE
+    assert logsig.REQUEST_HEAD == logparse.F.REQUEST_HEAD
+
+
+# request log lines in the engines' shapes, quoting users' text that reads like events
+_ASKED = "My job fails with CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79 GiB"
+REQUEST_LINES = [
+    f"[2026-12-01 15:00:05] Receive: obj=GenerateReqInput(text='{_ASKED}', rid='a1')",
+    f"[2026-12-01 15:00:09] Finish: obj=GenerateReqInput(rid='a1'), out={{'text': '{_ASKED}'}}",
+    f"INFO 12-01 15:00:05 logger.py:36] Received request cmpl-7f-0: prompt: '{_ASKED}', "
+    "params: SamplingParams(n=1)",
+    f"(APIServer pid=9) INFO 12-01 15:00:05 [logger.py:49] Received request chatcmpl-1: "
+    f"params: SamplingParams(n=1), prompt: 'ServerArgs(model_path=x) {_ASKED}'",
+    f"INFO 12-01 15:00:09 [logger.py:71] Generated response chatcmpl-1: output: '{_ASKED}'",
+]
+
+
+def test_request_log_lines_are_never_events_nor_kept() -> None:
+    from collector import logsig
+
+    assert _parse(REQUEST_LINES) == []
+    assert [logsig.match(x) for x in REQUEST_LINES] == [None] * len(REQUEST_LINES)
+    # the same words outside a request line still are events
+    (oom,) = _parse([f"[2026-12-01 15:00:05] torch.OutOfMemoryError: {_ASKED}"])
+    assert oom["event"] == "oom"
+    assert logsig.match(f"torch.OutOfMemoryError: {_ASKED}") == "oom"
 
 
 def test_numbers_before_an_old_leak_check_line_are_read() -> None:
