@@ -90,6 +90,8 @@ REQUEST_LINE = (
     r"\b(?:Receive|Finish): obj=\w+\(|\bReceived request \S+: |\bGenerated response \S+: "
 )
 REQUEST_HEAD = 400
+# terminal colour codes, taken out of a line before anything is read from it
+ANSI = r"\x1b\[[0-?]*[ -/]*[@-~]"
 
 SIZE = r"([\d.]+) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 UNITS = {

@@ -176,6 +176,8 @@ def _scan(
     neighbours). None when there are none."""
     df = pl.DataFrame({"text": lines.cast(pl.String)}).with_row_index("line", offset=first)
     df = df.with_columns(pl.col("text").fill_null(""))
+    if df["text"].str.contains("\x1b", literal=True).any():  # a coloured log
+        df = df.with_columns(_TEXT.str.replace_all(F.ANSI, ""))
     cand = df.filter(_TEXT.str.contains(F.SCREEN))
     # comment lines ("# ...") are never events, except vLLM's "# GPU blocks: N" (and cuda/npu...)
     cand = cand.filter(~_TEXT.str.contains(r"^\s*#") | _TEXT.str.contains(r"^\s*# \w+ blocks:"))

@@ -382,6 +382,7 @@ def server_log(
     with open(p, "rb") as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
+            text = logsig.plain(text)
             when = logsig.line_time(text, year, zone_, fallback_year=mtime.year) or last
             last = when or last
             sig = matcher.match(text)

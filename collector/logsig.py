@@ -73,6 +73,16 @@ _CONTINUED = {"kv_leak_check", "oom", "server_args", "kv_capacity", "batch_stats
 MAX_CONTINUATION = 5
 
 
+# a terminal's colour and cursor codes (CSI sequences), as a coloured logger writes them
+ANSI = r"\x1b\[[0-?]*[ -/]*[@-~]"
+_ANSI = re.compile(ANSI)
+
+
+def plain(text: str) -> str:
+    """The line without terminal colour codes (vLLM colours its level and its stamp)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 # a request log line (user text; never stored): the analyzer's REQUEST_LINE
 _REQUEST = re.compile(
     r"\b(?:Receive|Finish): obj=\w+\(|\bReceived request \S+: |\bGenerated response \S+: "

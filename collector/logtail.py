@@ -180,7 +180,7 @@ class _Reader:
         res = self.res
         res.lines += 1
         truncated = len(raw) > MAX_LINE
-        text = raw[:MAX_LINE].decode(errors="replace").rstrip("\r")  # (UTF-8)
+        text = logsig.plain(raw[:MAX_LINE].decode(errors="replace").rstrip("\r"))  # (UTF-8)
         sig = self.sig.match(text)
         if sig is None:
             res.unmatched += 1

@@ -154,6 +154,7 @@ def test_collector_and_analyzer_agree_on_what_continues_a_line() -> None:
     assert logsig._NEW_RECORD.pattern == logparse.F.NEW_RECORD
     assert logsig.MAX_CONTINUATION == logparse.F.MAX_CONTINUATION
     assert logsig._REQUEST.pattern == logparse.F.REQUEST_LINE
+    assert logsig.ANSI == logparse.F.ANSI
     assert logsig.REQUEST_HEAD == logparse.F.REQUEST_HEAD
 
 
@@ -288,3 +289,36 @@ def test_a_terminal_wrap_inside_a_number_or_a_size() -> None:
     assert e["fields"] == {"tried_bytes": round(1.25 * 2**30), "gpu": 0}
     [e] = _parse(["[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 1", "2, #queue-req: 3"])
     assert e["fields"] == {"running_reqs": 12, "queue_reqs": 3}
+
+
+def test_a_coloured_log_reads_as_the_plain_one(tmp_path) -> None:
+    """vLLM colours its level, its stamp and its file (and SGLang's can be coloured by a
+    shipper): the codes are taken out before stamps and events are read, and are not
+    stored."""
+    from collector import logsig
+    from collector.importers import server_log
+
+    plain = [
+        "INFO 12-01 09:59:01 [api_server.py:1043] vLLM API server version 0.9.1",
+        "WARNING 12-01 10:00:00 [loggers.py:118] Engine 000: Avg prompt throughput: 100.0 "
+        "tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%",
+    ]
+    grey, end = "\x1b[90m", "\x1b[0m"
+    coloured = [
+        f"\x1b[32mINFO{end} {grey}12-01 09:59:01{end} {grey}[api_server.py:1043]{end} "
+        "vLLM API server version 0.9.1",
+        f"\x1b[1;33mWARNING{end} {grey}12-01 10:00:00{end} {grey}[loggers.py:118]{end} "
+        + plain[1].split("] ", 1)[1],
+    ]
+    assert [logsig.plain(x) for x in coloured] == plain
+    want = _parse(plain, year=2026)
+    assert [e["ts"] for e in want] == ["2026-12-01T09:59:01", "2026-12-01T10:00:00"]
+    assert _parse(coloured, year=2026) == want
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(coloured) + "\n")
+    rows = server_log(log, "h", year=2026)
+    assert [r["text"] for r in rows] == plain
+    assert [r["ts"].isoformat() for r in rows] == [
+        "2026-12-01T09:59:01+00:00",
+        "2026-12-01T10:00:00+00:00",
+    ]
