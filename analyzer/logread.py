@@ -15,15 +15,21 @@ is dropped.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import io
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
+
+from collector.logsig import GZIP_MAGIC
 
 BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 32 << 20
@@ -79,17 +85,35 @@ def _past(f: BinaryIO, at: int, newlines: int, size: int) -> int:
     return min(pos, size)
 
 
+def _unpacked(f: BinaryIO) -> tuple[BinaryIO, int]:
+    """A gzip stream's content in an unnamed temporary file (memory stays bounded)."""
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - read by the caller, gone when closed
+    try:
+        with gzip.GzipFile(fileobj=f) as z:
+            shutil.copyfileobj(z, out, 1 << 20)
+    except (OSError, EOFError) as e:
+        out.close()
+        raise OSError(f"not a whole gzip file ({e or 'it ends early'})") from None
+    return out, out.tell()
+
+
 def windows(path: str | Path, chunk_bytes: int = CHUNK_BYTES, after: int = 5) -> Iterator[Window]:
     """The file as windows of about ``chunk_bytes`` each (at least one line per chunk), each
     with the line before its chunk and ``after`` lines behind it. Reads the file as it was
     when opened (lines appended meanwhile wait for the next run); a file cut shorter while
-    being read is an OSError. A pipe is read whole first (it cannot be read twice)."""
-    with open(path, "rb") as raw:
+    being read is an OSError. A pipe is read whole first (it cannot be read twice); a
+    gzip file is unpacked to a temporary file first."""
+    with open(path, "rb") as raw, contextlib.ExitStack() as unpacked:
         f: BinaryIO = raw
         size = os.fstat(raw.fileno()).st_size
         if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):  # a pipe (/dev/stdin): all of it
             f = io.BytesIO(raw.read())
             size = len(f.getbuffer())
+        if f.read(2) == GZIP_MAGIC:  # a rotated log.1.gz: read from a copy unpacked on disk
+            f.seek(0)
+            f, size = _unpacked(f)
+            unpacked.callback(f.close)
+        f.seek(0)
         start = len(BOM) if size >= len(BOM) and f.read(len(BOM)) == BOM else 0
         pos = ws = start
         while pos < size:

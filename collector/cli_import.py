@@ -156,8 +156,8 @@ def import_log(file: str, host: str, bucket: str, year: int | None, tz: str | No
 
     try:
         rows = server_log(file, host, year=year, tz=tz)
-    except (ImportError_, ValueError, OSError) as e:
-        _die(f"{file}: {e}")
+    except (ImportError_, ValueError, OSError, EOFError) as e:  # EOFError: a cut-off gzip
+        _die(f"{file}: {e or 'ends before its end (a cut-off gzip file?)'}")
     if not rows:
-        click.echo(f"{file}: no line matched a known server-log signature", err=True)
+        _die(f"{file}: no line matched a known server-log signature: nothing written")
     _write(bucket, host, "log_lines", rows)

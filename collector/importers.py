@@ -379,7 +379,7 @@ def server_log(
     inode = p.stat().st_ino
     matcher = logsig.Matcher()  # keeps the lines that continue a kept one
     rows, offset, last = [], 0, None
-    with open(p, "rb") as f:
+    with logsig.open_log(p) as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
             text = logsig.plain(text)

@@ -14,7 +14,10 @@ naive stamps are read in the given zone. Standard library only.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import re
+from pathlib import Path
+from typing import BinaryIO, cast
 
 # Priority order: the first signature that matches names the line.
 SIGNATURES: tuple[tuple[str, str], ...] = (
@@ -81,6 +84,16 @@ _ANSI = re.compile(ANSI)
 def plain(text: str) -> str:
     """The line without terminal colour codes (vLLM colours its level and its stamp)."""
     return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_log(path: str | Path) -> BinaryIO:
+    """A saved log for reading, gzip-compressed (a rotated ``server.log.1.gz``) or not."""
+    with open(path, "rb") as head:
+        packed = head.read(2) == GZIP_MAGIC
+    return cast(BinaryIO, gzip.open(path, "rb")) if packed else open(path, "rb")  # noqa: SIM115
 
 
 # a request log line (user text; never stored): the analyzer's REQUEST_LINE

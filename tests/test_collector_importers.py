@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,41 @@ def test_server_log_keeps_signatures_with_line_times(tmp_path) -> None:
     assert {"kv_leak_check", "oom", "server_args", "batch_stats", "kv_capacity"} <= sigs
     dated = [r for r in rows if r["text"].startswith("[2025-11-11 04:28:30]")]
     assert dated and dated[0]["ts"] == dt.datetime(2025, 11, 11, 4, 28, 30, tzinfo=dt.UTC)
+
+
+def _import_log(path: Path, bucket: Path) -> subprocess.CompletedProcess[str]:
+    args = ["import", "server-log", str(path), "--host", "h", "--bucket", str(bucket)]
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_gzip_server_log_imports_as_the_plain_one_and_nothing_found_is_an_error(
+    tmp_path,
+) -> None:
+    import gzip
+
+    log = CORPUS / "sglang_logs.txt"
+    packed = tmp_path / "sglang.log.1.gz"
+    packed.write_bytes(gzip.compress(log.read_bytes()))
+    os.utime(packed, ns=(log.stat().st_atime_ns, log.stat().st_mtime_ns))  # unstamped lines' time
+    want = [(r["ts"], r["text"], r["signature"]) for r in server_log(log, "h")]
+    assert [(r["ts"], r["text"], r["signature"]) for r in server_log(packed, "h")] == want
+    r = _import_log(packed, tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    assert f"{len(want)} rows into " in r.stderr  # a file per day
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(packed.read_bytes()[:-100])
+    for bad, says in [
+        (cut, "cut.log.gz: "),
+        (tmp_path / "quiet.log", "quiet.log: no line matched a known server-log signature"),
+    ]:
+        if bad.suffix == ".log":
+            bad.write_text("[2026-12-01 10:00:00] INFO: nothing to see\n")
+        r = _import_log(bad, tmp_path / "nothing")
+        assert r.returncode == exitcodes.NOTHING, r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "nothing").exists()
 
 
 def test_cli_imports_into_the_bucket(tmp_path) -> None:

@@ -146,3 +146,21 @@ def test_the_screen_passes_every_corpus_event_and_drops_request_noise() -> None:
         lines = logread.read_lines(log)
         for e in logparse.events(logparse.parse_frame(lines)):
             assert re.search(logformats.SCREEN, lines[e["line"] - 1]), (log.name, e["line"])
+
+
+def test_a_gzip_log_reads_as_the_log_it_packs(tmp_path: Path) -> None:
+    """A rotated ``server.log.1.gz``: the same lines and events as the plain file, in any
+    chunk size; a cut-off one is an error that says so."""
+    import gzip
+
+    log = CORPUS / "sglang_logs.txt"
+    packed = tmp_path / "server.log.1.gz"
+    packed.write_bytes(gzip.compress(log.read_bytes()))
+    assert logread.read_lines(packed, 1000).equals(logread.read_lines(log))
+    got, n = logparse.parse_file(packed, chunk_bytes=1000)
+    assert n == logread.read_lines(log).len() and got.equals(_whole(log))
+    assert got.height > 0
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(packed.read_bytes()[:-100])
+    with pytest.raises(OSError, match="not a whole gzip file"):
+        logread.read_lines(cut)
