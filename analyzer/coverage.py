@@ -9,12 +9,14 @@ process lifetimes came from (process table, server log, memory resets).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import duckdb
 
 from analyzer.findings import FindingsDocument
-from analyzer.packs import Pack
+from analyzer.packs import Pack, Rule
 from collector.schema import TABLES
 
 # What each input adds, in words, for the "could not check" block.
@@ -98,3 +100,56 @@ def build(
             }
         )
     doc.coverage = out
+    _idle_blind(con, doc, rules.values(), ran)
+
+
+# where a rule reads one of these, its verdict rests on idle windows
+IDLE_INPUTS = re.compile(r"\bidle_(?:trend|segments|runs|windows)\b")
+IDLE_LACK = "GPU utilisation or request activity (the server log's batch lines or /metrics)"
+
+
+def _idle_blind(
+    con: duckdb.DuckDBPyConnection, doc: FindingsDocument, rules: Iterable[Rule], ran: set[str]
+) -> None:
+    """Hosts whose idle windows cannot be told: no GPU utilisation in any sample and no
+    request activity, so every minute would pass for idle. The rules that judge by idle
+    windows did not check them: said per host, and the run is incomplete."""
+    try:  # hosts with no activity first: the buckets are read for those alone (often none)
+        quiet = con.execute("SELECT host FROM gpu_info EXCEPT SELECT host FROM activity").fetchall()
+        blind = (
+            quiet
+            and con.execute(
+                "SELECT host, list(gpu_index ORDER BY gpu_index) FROM ("
+                "  SELECT host, gpu_index FROM gpu_buckets WHERE list_contains($1, host)"
+                "  GROUP BY ALL HAVING count(util_max) = 0"
+                ") GROUP BY host ORDER BY host",
+                [[h for (h,) in quiet]],
+            ).fetchall()
+        )
+    except duckdb.Error:
+        return  # no device samples, or no activity table: nothing to judge by idle windows
+    idle_rules = sorted((r for r in rules if r.id in ran and IDLE_INPUTS.search(r.sql)), key=_id)
+    if not blind or not idle_rules:
+        return
+    by_host = {c["host"]: c for c in doc.coverage}
+    for host, gpus in blind:
+        doc.run.incomplete.append(
+            f"host {host}: idle windows cannot be told on GPU {', '.join(map(str, gpus))} "
+            f"(no GPU utilisation in its samples, no request activity): "
+            f"{', '.join(r.id for r in idle_rules)} read no idle window there, so leak or cache is not judged; add "
+            "utilization.gpu to the nvidia-smi query, or import the server log"
+        )
+        entry = by_host.get(host)
+        if entry is None:
+            continue
+        for r in idle_rules:
+            if r.id in entry["checked"]:
+                entry["checked"].remove(r.id)
+                entry["not_checked"].append(
+                    {"rule_id": r.id, "title": r.title, "lacked": [IDLE_LACK], "hint": None}
+                )
+        entry["complete"] = False
+
+
+def _id(r: Rule) -> str:
+    return r.id

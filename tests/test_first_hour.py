@@ -235,6 +235,59 @@ def test_a_fixed_offset_zone_works_as_the_help_says(tmp_path) -> None:
     assert line["ts"] == dt.datetime(2026, 12, 1, 10, 0, 1, tzinfo=dt.UTC)
 
 
+def test_memory_alone_is_not_called_clean(tmp_path) -> None:
+    """A memory log with no utilisation and no server log cannot tell idle minutes from
+    busy ones: the analysis says which rules could not judge the host and exits 3, where
+    it used to call a steady 300 MiB/h rise clean (exit 0). With the server log's batch
+    lines beside it the same memory is judged, and the leak is found."""
+    t0 = dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
+    mem = tmp_path / "mem.log"
+    mem.write_text(
+        "".join(
+            f"{t0 + dt.timedelta(seconds=10 * i):%Y-%m-%dT%H:%M:%S} {20000 + i // 12}\n"
+            for i in range(12 * 360)
+        )
+    )
+    b = tmp_path / "b"
+    common = ["--host", "h", "--bucket", str(b)]
+    r = leakcollect("import", "gpu-memory-log", str(mem), *common, "--total-mib", "81559")
+    assert r.returncode == 0, r.stderr
+    r = leakreport("analyze", str(b), "--format", "json")
+    assert r.returncode == exitcodes.INCOMPLETE, r.stderr
+    assert "host h: idle windows cannot be told on GPU 0" in r.stderr
+    doc = json.loads(r.stdout)
+    (cov,) = doc["coverage"]
+    assert not cov["complete"] and "GM001" not in cov["checked"]
+    lacked = {m["rule_id"]: m["lacked"] for m in cov["not_checked"]}
+    assert {"GM001", "GM002", "OF001"} <= set(lacked)
+    assert "request activity" in lacked["GM001"][0]
+    # the server log: busy 40 minutes of each hour (a batch line every 10 s), then idle
+    log = tmp_path / "server.log"
+    lines = []
+    for k in range(12 * 360):
+        m = k // 6
+        stamp = f"{t0 + dt.timedelta(seconds=10 * k):%Y-%m-%d %H:%M:%S}"
+        if m % 60 < 40:
+            lines.append(
+                f"[{stamp} TP0] Decode batch. #running-req: 4, #token: 900, token usage: 0.05, "
+                "gen throughput (token/s): 100.00, #queue-req: 0"
+            )
+        elif m % 60 == 40 and k % 6 == 0:
+            lines.append(
+                f"[{stamp} TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, "
+                "gen throughput (token/s): 0.00, #queue-req: 0"
+            )
+    log.write_text("\n".join(lines) + "\n")
+    r = leakcollect("import", "server-log", str(log), *common)
+    assert r.returncode == 0, r.stderr
+    r = leakreport("analyze", str(b), "--format", "json")
+    assert "idle windows cannot be told" not in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["coverage"][0]["complete"] or "GM001" in doc["coverage"][0]["checked"]
+    assert "GM001" in {f["rule_id"] for f in doc["findings"]}, r.stderr
+    assert r.returncode == exitcodes.FINDINGS
+
+
 def test_source_timeouts_are_options_and_a_stuck_source_says_its_limit(tmp_path) -> None:
     """--source-timeout procfs=0.5 abandons a procfs whose files never answer (FIFOs
     with no writer) after half a second, and says so; a bad value is a usage error."""
