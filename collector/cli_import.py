@@ -60,14 +60,16 @@ def import_() -> None:
 @_HOST
 @_BUCKET
 @click.option(
-    "--start", help="ISO time of the first sample (when the file has no timestamp column)."
+    "--start",
+    help="ISO time of the first sample, when the file has no timestamp column (default: the "
+    "last sample is at the file's modification time).",
 )
 @click.option(
     "--interval",
     default=1.0,
     show_default=True,
     type=click.FloatRange(0.001),
-    help="Seconds between samples (nvidia-smi -l N), used with --start.",
+    help="Seconds between samples (nvidia-smi -l N), when the file has no timestamp column.",
 )
 @click.option(
     "--columns",

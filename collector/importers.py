@@ -112,6 +112,7 @@ class Imported:
     processes: list[dict[str, Any]] = field(default_factory=list)  # gpu_processes
     skipped: int = 0
     skipped_examples: list[str] = field(default_factory=list)
+    note: str = ""  # how rows were placed in time, where the file did not say
 
     def skip(self, path: str | os.PathLike[str], line: int, why: str) -> None:
         self.skipped += 1
@@ -120,7 +121,7 @@ class Imported:
 
     def summary(self) -> str:
         """One line for stderr: counts, then the first lines skipped and why."""
-        text = f"kept {len(self.rows)} rows"
+        text = f"kept {len(self.rows)} rows" + (f" ({self.note})" if self.note else "")
         if self.processes:
             text += f" and {len(self.processes)} process rows"
         if self.skipped:
@@ -180,7 +181,10 @@ def read_nvidia_smi_csv(
     header: list[tuple[str | None, str | None]] | None = None
     if columns:
         header = [_column(c) for c in columns.split(",")]
+    # rows without a time of their own are placed every ``interval`` s: from ``start``, else
+    # ending at the file's last write (the time of its last line), not starting there
     t0 = start or dt.datetime.fromtimestamp(os.path.getmtime(path), dt.UTC)
+    placed: list[dict[str, Any]] = []
     sample, position = -1, 0
     seen_in_sample: set[int] = set()
     first_error: ImportError_ | None = None
@@ -216,6 +220,8 @@ def read_nvidia_smi_csv(
             if isinstance(rec.get("ts"), dt.datetime) and rec["ts"].tzinfo is None:
                 rec["ts"] = rec["ts"].replace(tzinfo=zone_).astimezone(dt.UTC)
             if "pid" in rec:  # a --query-compute-apps row: at the GPU sample before it
+                if rec.get("ts") is None and placed and placed[-1]["ts"] is last_ts:
+                    placed.append(rec)  # moves with it
                 rec["ts"] = rec.get("ts") or last_ts
                 out.processes.append(rec)
                 if rec["ts"] is None:
@@ -232,6 +238,7 @@ def read_nvidia_smi_csv(
             rec["gpu_index"] = idx
             if rec.get("ts") is None:
                 rec["ts"] = t0 + dt.timedelta(seconds=interval * sample)
+                placed.append(rec)
             last_ts = rec["ts"]
             if (
                 rec.get("memory_free_bytes") is None
@@ -241,11 +248,24 @@ def read_nvidia_smi_csv(
                 rec["memory_free_bytes"] = rec["memory_total_bytes"] - rec["memory_used_bytes"]
             rec.pop("pid", None)
             out.rows.append(rec)
+            moved = bool(placed) and placed[-1] is rec
             for p in pending:  # process rows printed before any GPU sample
                 p["ts"] = last_ts
+                if moved:
+                    placed.append(p)
             pending.clear()
     if not out.rows and not out.processes:
         raise first_error or ImportError_(path, 1, "no data rows")
+    if placed and start is None:
+        back = dt.timedelta(seconds=interval * sample)
+        t0 -= back
+        for rec in placed:
+            rec["ts"] -= back
+        out.note = (
+            f"no timestamp column: {sample + 1} samples placed every {interval:g} s, the last at "
+            f"the file's modification time {placed[-1]['ts']:%Y-%m-%dT%H:%M:%SZ} "
+            "(give --start to place them)"
+        )
     _place_processes(out, t0)
     return out
 

@@ -268,7 +268,7 @@ def test_times_are_utc_whatever_the_machine_zone(tmp_path, monkeypatch) -> None:
         assert row["ts"].tzinfo is dt.UTC and row["ts"].hour == 9
         f.write_text("index, memory.used [MiB]\n0, 1\n")
         os.utime(f, (1767225600, 1767225600))  # 2026-01-01T00:00:00Z
-        (row,) = nvidia_smi_csv(f, "h")  # no times: the file's mtime starts the series
+        (row,) = nvidia_smi_csv(f, "h")  # no times: the last sample is at the file's mtime
         assert row["ts"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC) and row["ts"].tzinfo is dt.UTC
         m = tmp_path / "mem.log"
         m.write_text("2026-01-01 10:00:00 5\n")
@@ -399,3 +399,31 @@ def test_a_skip_reason_survives_a_path_holding_colon_space(tmp_path) -> None:
     f.write_text("index, memory.used [MiB]\n0, 1, 2\n0, 5\n")
     got = read_nvidia_smi_csv(f, "h", start=T0)
     assert got.skipped_examples == [f"{f}:2: 3 fields, header has 2"]
+
+
+def test_samples_without_times_end_at_the_file_s_last_write(tmp_path) -> None:
+    """A capture with no timestamp column was last written at its last sample: without
+    --start the samples end at the file's mtime (they used to start there, in the future,
+    and the analysis left them out); process rows move with their sample; --start wins."""
+    f = tmp_path / "smi.csv"
+    f.write_text(
+        "pid, gpu_uuid, used_gpu_memory [MiB]\n7, GPU-a, 5 MiB\n"  # before any sample
+        "index, uuid, memory.used [MiB]\n0, GPU-a, 1\n1, GPU-b, 1\n"
+        "pid, gpu_uuid, used_gpu_memory [MiB]\n8, GPU-b, 6 MiB\n"
+        "index, uuid, memory.used [MiB]\n0, GPU-a, 2\n1, GPU-b, 2\n0, GPU-a, 3\n1, GPU-b, 3\n"
+    )
+    end = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+    os.utime(f, (end.timestamp(), end.timestamp()))
+    got = read_nvidia_smi_csv(f, "h", interval=5)
+    assert [(r["gpu_index"], r["ts"]) for r in got.rows] == [
+        (g, end - dt.timedelta(seconds=s)) for s in (10, 5, 0) for g in (0, 1)
+    ]
+    assert [(p["pid"], p["ts"]) for p in got.processes] == [
+        (7, end - dt.timedelta(seconds=10)),
+        (8, end - dt.timedelta(seconds=10)),
+    ]
+    assert "3 samples placed every 5 s, the last at the file's modification time" in got.summary()
+    assert "2026-01-01T12:00:00Z" in got.summary()
+    given = read_nvidia_smi_csv(f, "h", interval=5, start=T0)
+    assert [r["ts"] for r in given.rows][::2] == [T0 + dt.timedelta(seconds=s) for s in (0, 5, 10)]
+    assert given.note == "" and {p["ts"] for p in given.processes} == {T0}
