@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from analyzer import exitcodes
+from analyzer.findings import QUARANTINED
 from analyzer.memory import OUT_OF_MEMORY_HINT, budget_note
 from analyzer.progress import plural
 from collector.atomic import write_atomic
@@ -277,6 +278,9 @@ def exit_code(doc: Any, fail_on: str, *, show: bool = True) -> int:
     if show:
         for r in reasons:
             err(f"leakreport: incomplete: {r}")
+        for g in doc.run.gaps:  # rows left out for their time: said, not silent
+            if QUARANTINED in g:
+                err(f"leakreport: left out: {g}")
     if fail_on != "never" and doc.count_at_or_above(fail_on):
         return exitcodes.FINDINGS
     return exitcodes.INCOMPLETE if reasons else exitcodes.OK

@@ -173,6 +173,7 @@ def test_a_sample_from_2030_is_quarantined_not_used(bucket, baseline) -> None:
     assert _findings(doc) == _findings(baseline)
     (gap,) = [g for g in doc["run"]["gaps"] if "quarantined" in g]
     assert gap.startswith(f"{HOST}: 1 gpu_samples row(s) quarantined, stamped 2030-01-01")
+    assert f"leakreport: left out: {gap}" in r.stderr  # said on stderr, even under -q
 
 
 def test_samples_before_the_first_collector_run_are_quarantined(tmp_path) -> None:
