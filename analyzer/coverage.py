@@ -101,6 +101,28 @@ def build(
         )
     doc.coverage = out
     _idle_blind(con, doc, rules.values(), ran)
+    _runs_only(con, doc, set(hosts))
+
+
+def _runs_only(con: duckdb.DuckDBPyConnection, doc: FindingsDocument, seen: set[str]) -> None:
+    """Hosts whose collector ran in scope but wrote no row of any trace (NVML broken on
+    that host, say): nothing of theirs was checked; the run is incomplete, with what
+    their failed sources said."""
+    try:
+        rows = con.execute(
+            "SELECT host, max(runs), list(format('{} failed in {} of {} runs (last: {})', "
+            "source, failed, runs, left(coalesce(error, ''), 200)) ORDER BY source) "
+            "FILTER (WHERE failed > 0) FROM source_runs GROUP BY host ORDER BY host"
+        ).fetchall()
+    except duckdb.Error:
+        return
+    for host, runs, failed in rows:
+        if host in seen:
+            continue
+        said = "; ".join(failed) if failed else "no source failed, and none wrote a row"
+        doc.run.incomplete.append(
+            f"host {host}: {runs} collector runs in scope wrote no samples ({said})"
+        )
 
 
 # where a rule reads one of these, its verdict rests on idle windows

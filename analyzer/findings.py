@@ -35,6 +35,7 @@ def iso_utc(v: Any) -> str | None:
 # the words of a data-gap line that says rows were quarantined (analyzer.bucket writes
 # them; the week store refuses a week that has one)
 QUARANTINED = " row(s) quarantined, stamped "
+RUNS_TABLE = "collector_runs"  # the collector's own records of its runs (not traces)
 
 
 @dataclass
@@ -223,8 +224,9 @@ class FindingsDocument:
         return sum(1 for f in self.findings if severity_rank(f.severity) >= floor)
 
     def has_data(self) -> bool:
-        """Whether any trace file was in scope (a host with logs only counts)."""
-        return bool(self.hosts) or any(n for n in self.run.tables.values())
+        """Whether any trace file was in scope (a host with logs only counts; the
+        collector's own run records do not: they say what it tried, not what it saw)."""
+        return bool(self.hosts) or any(n for t, n in self.run.tables.items() if t != RUNS_TABLE)
 
     def incomplete_reasons(self) -> list[str]:
         """Why this analysis did not check everything in scope (empty: it did)."""

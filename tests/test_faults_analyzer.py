@@ -380,3 +380,40 @@ def test_duckdb_out_of_memory_is_one_line_naming_the_option(bucket, monkeypatch)
     (line,) = [x for x in r.output.splitlines() if x.startswith("leakreport:")]
     assert "ran out of memory: raise --memory-limit" in line and "Out of Memory" in line
     assert "SET memory_limit" not in r.output
+
+
+def test_a_host_whose_collector_wrote_only_run_records_is_named(bucket, baseline) -> None:
+    """NVML broken on one host: its collector runs, records that nvml failed, and writes
+    no sample. The analysis names that host with what failed and is incomplete (exit 3),
+    where the host went unmentioned and the run exited 0; the other host's findings stay."""
+    t0 = dt.datetime.fromisoformat(baseline["run"]["data_start"].replace("Z", "+00:00"))
+    runs = [
+        {
+            "ts": t0 + dt.timedelta(minutes=i),
+            "host": "gpu-broken",
+            "run_id": f"r{i}",
+            "source": source,
+            "status": "failed" if source == "nvml" else "ok",
+            "rows": 0,
+            "error": "NVML unavailable: NVML Shared Library Not Found"
+            if source == "nvml"
+            else None,
+        }
+        for i in range(3)
+        for source in ("nvml", "procfs")
+    ]
+    BucketWriter(bucket, "gpu-broken").write("collector_runs", runs)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    said = (
+        "leakreport: incomplete: host gpu-broken: 3 collector runs in scope wrote no samples "
+        "(nvml failed in 3 of 3 runs (last: NVML unavailable: NVML Shared Library Not Found))"
+    )
+    assert said in r.stderr
+    assert _findings(doc) == _findings(baseline)
+    for t in bucket.iterdir():  # the broken host alone: no data in scope, and why
+        if t.is_dir() and t.name != "collector_runs":
+            shutil.rmtree(t)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3 and said in r.stderr, r.stderr
+    assert "incomplete: no data in scope" in r.stderr
