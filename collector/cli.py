@@ -6,6 +6,7 @@ collector_runs), 2 nothing written (usage, lock held, bucket unwritable).
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -125,6 +126,23 @@ def run(
         lock.close()
 
 
+def _s3_note(ctx: click.Context, where: str) -> None:
+    """An S3 bucket's settings live in this shell's environment, which cron and systemd
+    do not see: say so (no secret is printed)."""
+    if not str(ctx.params.get("bucket") or "").startswith("s3://") or verbosity_level() < 0:
+        return
+    have = [k for k in S3_VARIABLES if os.environ.get(k)]
+    click.echo(
+        "# the bucket is on S3: cron and systemd do not see this shell's AWS_* variables"
+        + (f" (set here: {', '.join(have)})" if have else "")
+        + f"; give them {where}",
+        err=True,
+    )
+
+
+S3_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
 def _exe() -> str:
     return str(Path(sys.argv[0]).resolve()) if sys.argv and sys.argv[0] else "leakcollect"
 
@@ -157,6 +175,7 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
             + ") | crontab -",
             err=True,
         )
+    _s3_note(ctx, "as VAR=value lines above the entry in the crontab")
 
 
 @cli.command("systemd-units")
@@ -173,7 +192,8 @@ def systemd_units(ctx: click.Context, **_: Any) -> None:
     Example:
       leakcollect systemd-units --config /etc/leakcollect.toml
     """
-    args = " ".join(run_args(ctx))
+    # systemd reads % as a specifier in ExecStart=: %% is a literal one
+    args = " ".join(run_args(ctx)).replace("%", "%%")
     click.echo(f"""# /etc/systemd/system/leakcollect.service
 [Unit]
 Description=leakcollect: sample GPU memory into the trace bucket
@@ -198,6 +218,7 @@ WantedBy=timers.target""")
             "#   systemctl daemon-reload && systemctl enable --now leakcollect.timer",
             err=True,
         )
+    _s3_note(ctx, "in an EnvironmentFile= (mode 0600) named in [Service]")
 
 
 cli.add_command(probe)

@@ -17,6 +17,19 @@ DEFAULT_STATE = (
 )
 
 
+# options that name a file or folder: made absolute wherever they are written down
+PATH_OPTIONS = ("config", "bucket", "logs", "proc_root", "probe_spool", "state_dir")
+
+
+def absolute(path: str, base: Path | None = None) -> str:
+    """``path`` as an absolute one (``~`` expanded, then from ``base``, else the working
+    folder), as cron and systemd, which start elsewhere, need it; an S3 URL as it is."""
+    if path.startswith("s3://"):
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else str((base or Path.cwd()) / path)
+
+
 def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """Options from a TOML file become defaults; the command line still wins.
 
@@ -36,6 +49,7 @@ def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> s
                 by_key[opt[2:]] = p
                 by_key[opt[2:].replace("-", "_")] = p
     defaults: dict[str, Any] = {}
+    here = Path(value).absolute().parent
     for key, v in data.items():
         param = by_key.get(key)
         if param is None or not param.name:
@@ -43,6 +57,11 @@ def _config(ctx: click.Context, _param: click.Parameter, value: str | None) -> s
             raise click.BadParameter(f"{value}: unknown key {key!r} (known keys: {known})")
         if getattr(param, "multiple", False) and isinstance(v, str):
             v = [v]
+        if param.name in PATH_OPTIONS:  # a path in the file is read from the file's folder
+            items = v if isinstance(v, list) else [v]
+            if not all(isinstance(x, str) and x for x in items):
+                raise click.BadParameter(f"{value}: {key} must be a path, in quotes: got {v!r}")
+            v = [absolute(x, here) for x in items] if isinstance(v, list) else absolute(v, here)
         defaults[param.name] = v
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
@@ -203,8 +222,9 @@ def run_args(ctx: click.Context) -> list[str]:
             if value:
                 out.append(flag)
         elif p.multiple:
-            out += [f"{flag} {shlex.quote(str(v))}" for v in value or ()]
+            vs = [absolute(str(v)) if p.name in PATH_OPTIONS else str(v) for v in value or ()]
+            out += [f"{flag} {shlex.quote(v)}" for v in vs]
         elif value is not None:
-            v = str(Path(value).absolute()) if p.name in ("config", "state_dir") else str(value)
+            v = absolute(str(value)) if p.name in PATH_OPTIONS else str(value)
             out.append(f"{flag} {shlex.quote(v)}")
     return out

@@ -403,6 +403,48 @@ def test_cron_line_and_units_take_the_run_options(tmp_path) -> None:
     assert "--metrics-url http://h/m" in units.stdout and "systemctl" in units.stderr
 
 
+def test_paths_in_a_cron_line_and_a_config_file_hold_from_anywhere(tmp_path) -> None:
+    """cron and systemd start elsewhere than the shell that printed the line: every path
+    option in it is absolute, and a relative path in a config file is read from the
+    file's folder, so the run writes where it was meant to and reads the log."""
+    import shlex
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    (here / "server.log").write_text(
+        "[2026-12-07 07:00:00 TP0] Decode batch. #running-req: 1, #token: 9, token usage: 0.01\n"
+    )
+    given = ["--bucket", "traces", "--log", "server.log", "--state-dir", "st", "--no-gpu"]
+    line = run("collector.cli", "cron-line", *given, cwd=here).stdout.strip()
+    argv = shlex.split(line[len("* * * * * ") :].split(" >>")[0])
+    args = argv[argv.index("run") + 1 :]
+    for opt, rel in [("--bucket", "traces"), ("--log", "server.log"), ("--state-dir", "st")]:
+        assert args[args.index(opt) + 1] == str(here / rel), line
+    r = run("collector.cli", "run", "--once", *args, cwd=elsewhere)  # as cron would
+    assert r.returncode == 0, r.stderr
+    assert list((here / "traces" / "log_lines").rglob("*.parquet")) and not list(
+        elsewhere.iterdir()
+    )
+    cfg = here / "c.toml"
+    cfg.write_text(
+        'bucket = "from-config"\nlog = ["server.log"]\nstate-dir = "st2"\nno-gpu = true\n'
+    )
+    r = run("collector.cli", "run", "--once", "--config", str(cfg), cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    assert list((here / "from-config" / "log_lines").rglob("*.parquet"))
+    assert not list(elsewhere.iterdir())
+    cfg.write_text("bucket = 5\n")
+    r = run("collector.cli", "run", "--once", "--config", str(cfg), cwd=elsewhere)
+    assert r.returncode == 2 and "c.toml: bucket must be a path, in quotes: got 5" in r.stderr
+    url = "http://127.0.0.1:1/metrics?x=a%2Fb"
+    units = run("collector.cli", "systemd-units", "--bucket", "/b", "--metrics-url", url).stdout
+    (exec_start,) = [x for x in units.splitlines() if x.startswith("ExecStart=")]
+    assert "x=a%%2Fb" in exec_start and "%2F" not in exec_start.replace("%%", "")
+    r = run("collector.cli", "cron-line", "--bucket", "s3://traces/fleet", "--no-gpu")
+    assert "--bucket s3://traces/fleet" in r.stdout
+    assert "the bucket is on S3: cron and systemd do not see this shell's AWS_*" in r.stderr
+
+
 def test_a_terminal_gets_a_progress_bar_and_q_silences_it(small_bucket) -> None:
     """stderr on a pseudo-terminal: a bar with position and ETA, not one line per rule."""
     import os
