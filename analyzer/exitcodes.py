@@ -5,6 +5,7 @@ FINDINGS = 1  # findings at or above --fail-on
 ERROR = 2  # usage or input error (bad option, bucket that is not one, broken pack)
 INCOMPLETE = 3  # the analysis could not check everything: errored rules, unreadable
 #                 files, or no data in scope; the reasons are on stderr and in the document
+INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), as shells report it; nothing written at --out
 
 TABLE = (
     (OK, "clean: nothing at or above --fail-on, everything in scope checked"),
@@ -15,6 +16,7 @@ TABLE = (
         "analysis incomplete: errored rules, unreadable files or no data in scope "
         "(1 wins when there are also findings)",
     ),
+    (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
 )
 
 

@@ -80,6 +80,11 @@ def _interrupted(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and "interrupted" in str(e).lower()
 
 
+def was_interrupted(e: BaseException) -> bool:
+    """A DuckDB query stopped by Ctrl-C (DuckDB's own exception, or its text)."""
+    return isinstance(e, duckdb.InterruptException) or _interrupted(e)
+
+
 def interruptible(
     con: duckdb.DuckDBPyConnection, work: Callable[[], Any], timeout_s: float | None = None
 ) -> Any:
@@ -107,7 +112,9 @@ def interruptible(
                 raise TimeoutError(f"stopped after the rule time limit of {timeout_s:g} s")
     except KeyboardInterrupt:
         con.interrupt()
-        t.join(1.5)
+        # wait for the query to stop: a thread still inside DuckDB when the interpreter
+        # exits aborts the process (SIGABRT, "exception not rethrown")
+        t.join(30.0)
         raise
     if "error" in box:
         err = box["error"]

@@ -58,6 +58,7 @@ TABLES = (
     "allocator_samples",
 )
 TERM_GRACE_S = 1.5  # after SIGTERM, the process is gone by then whatever it is doing
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CURSORS = "log-cursors.json"
 LABELS = "log-generations.json"  # first-line hash -> inode label, per log
 LABELS_KEPT = 512
@@ -129,11 +130,12 @@ def collect_run(
     def on_term(_sig: int, _frame: FrameType | None) -> None:
         if not stop.is_set():
             stop.set()
-            t = threading.Timer(TERM_GRACE_S, bail, ("SIGTERM grace period over",))
+            t = threading.Timer(TERM_GRACE_S, bail, ("grace period after the stop signal over",))
             t.daemon = True
             t.start()
 
-    old = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    # Ctrl-C as SIGTERM: what was sampled is written, the rest is said
+    old = {sig: signal.signal(sig, on_term) for sig in STOP_SIGNALS} if in_main else {}
     restamp(cfg.state_dir, cfg.limit_s + 5)  # a lock past this is stale: see acquire_lock
     watchdog = threading.Timer(cfg.limit_s, bail, (f"still running after {cfg.limit_s:.0f} s",))
     watchdog.daemon = True
@@ -143,8 +145,8 @@ def collect_run(
         _write(cfg, got, started, result, say)
     finally:
         watchdog.cancel()
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     return result
 
 
@@ -222,7 +224,7 @@ def _sample_and_read(
     drained = spool.Drained()
     if stop.is_set():
         for s in end:  # nothing is lost: the next run starts at the same cursor
-            ledger.fail(s.kind, f"{s.label}: not read: the run was stopped (SIGTERM)")
+            ledger.fail(s.kind, f"{s.label}: not read: the run was stopped (SIGTERM or Ctrl-C)")
         end = []
     t_end = time.monotonic()
     deadlines = [t_end + (cfg.log_timeout if s.kind == "logs" else cfg.spool_timeout) for s in end]

@@ -87,7 +87,11 @@ def guarded(
             out.append((box["out"], box["secs"]))
             continue
         src.cancel()
-        why = "the run was stopped (SIGTERM)" if stop.is_set() else "no answer by its deadline"
+        why = (
+            "the run was stopped (SIGTERM or Ctrl-C)"
+            if stop.is_set()
+            else "no answer by its deadline"
+        )
         waited = time.monotonic() - t0
         err = f"{src.label}: abandoned after {waited:.1f} s: {why}"
         out.append((Outcome(errors=[err], abandoned=True), waited))

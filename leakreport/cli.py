@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
-from analyzer import __version__
+from analyzer import __version__, exitcodes
 from leakreport.cmd_analyze import analyze, fleet, report
 from leakreport.cmd_bucket import compact, rollup
 from leakreport.cmd_logs import logs
@@ -33,7 +36,21 @@ for command in (simulate, analyze, report, fleet, compact, rollup, rules, logs, 
 
 
 def main() -> None:
-    cli(prog_name="leakreport")
+    """The command line, with Ctrl-C (SIGINT) ending in exit 130 wherever it lands."""
+    try:
+        code = cli.main(prog_name="leakreport", standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("\nleakreport: interrupted (Ctrl-C): nothing written at --out", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # every `with` and `finally` has run on the way here (temporary files are gone);
+        # the interpreter's own teardown is skipped: a DuckDB database stopped mid-query
+        # can abort the process in it (SIGABRT, "exception not rethrown")
+        os._exit(exitcodes.INTERRUPTED)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -105,8 +105,11 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     Example (daily cron; add --verify once a week):
       leakreport compact /data/traces && leakreport rollup /data/traces
     """
+    import duckdb
+
     from analyzer import tierverify
     from analyzer.bucket import BucketError
+    from analyzer.runner import was_interrupted
     from analyzer.tier import build
 
     try:
@@ -127,7 +130,9 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
             store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
     except BucketBusy as e:
         die(f"incomplete: {e}", exitcodes.INCOMPLETE)
-    except (BucketError, OSError, RuntimeError) as e:
+    except (BucketError, OSError, RuntimeError, duckdb.Error) as e:
+        if was_interrupted(e):
+            raise KeyboardInterrupt from e
         die(str(e))
     if res.skipped or res.week_failures:
         raise SystemExit(exitcodes.INCOMPLETE)

@@ -166,6 +166,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     from analyzer import rollup
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import param_type_error, parse_param_overrides
+    from analyzer.runner import was_interrupted
 
     say = progress if progress is not None else console()
     bucket_path(bucket)
@@ -229,6 +230,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
             )
     except (BucketError, ValueError, RuntimeError, OSError, duckdb.Error) as e:
         # a rule's own failure is caught per rule; this is the rollups' or the bucket's
+        if was_interrupted(e):
+            raise KeyboardInterrupt from e
         oom = duckdb.OutOfMemoryException
         if oom in (type(e), type(e.__cause__)):  # DuckDB's own advice is for SQL users
             die(f"{OUT_OF_MEMORY_HINT}: {str(e).splitlines()[0]}")

@@ -362,7 +362,39 @@ def test_ctrl_c_stops_a_runaway_rule_within_two_seconds(bucket, tmp_path) -> Non
             p.kill()
             p.wait()
     assert took <= 2.0, f"Ctrl-C took {took:.1f}s"
-    assert p.returncode != 0 and "Traceback" not in rest, rest[-2000:]
+    assert p.returncode == 130 and "Traceback" not in rest, rest[-2000:]
+    assert "leakreport: interrupted (Ctrl-C)" in rest
+
+
+def test_ctrl_c_anywhere_ends_in_130_and_writes_nothing(bucket, tmp_path) -> None:
+    """Ctrl-C while the rollups are built or the rules run: exit 130, the shell's code for
+    it, and no --out file. It used to be exit 1 ("findings"), 2 ("usage error") or an
+    abort (SIGABRT) in the interpreter's teardown, depending on where it landed."""
+    out = tmp_path / "f.json"
+    landed = []
+    for wait, after in [(0.3, ""), (0.0, "rollups built"), (0.1, "rollups built")] * 2:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "leakreport", "analyze", str(bucket), "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert p.stderr is not None
+        said = b""
+        while after and after.encode() not in said and (chunk := p.stderr.read1(4096)):
+            said += chunk
+        time.sleep(wait)
+        if p.poll() is not None:  # done before the signal: nothing to learn from this try
+            p.wait()
+            out.unlink(missing_ok=True)
+            continue
+        p.send_signal(signal.SIGINT)
+        rest = p.communicate(timeout=60)[1].decode()
+        landed.append(after or "start")
+        assert p.returncode == 130, (after, wait, p.returncode, rest[-1500:])
+        assert "interrupted (Ctrl-C)" in rest and "Traceback" not in rest
+        assert not out.exists()
+    assert len(landed) >= 3, landed
 
 
 def test_duckdb_out_of_memory_is_one_line_naming_the_option(bucket, monkeypatch) -> None:
