@@ -63,10 +63,11 @@ _NAMED = re.compile(r'(?:match the pattern|open file|No such file or directory[^
 def vanished(e: BaseException, fs: Any = None) -> str | None:
     """The bucket file a read error names, when that file no longer exists; else None."""
     m = _NAMED.search(str(e))
-    return m.group(1) if m and not _exists(m.group(1), fs) else None
+    return m.group(1) if m and not exists(m.group(1), fs) else None
 
 
-def _exists(path: str, fs: Any = None) -> bool:
+def exists(path: str, fs: Any = None) -> bool:
+    """Whether a bucket file is there (True when that cannot be told)."""
     if fs is None:
         return os.path.exists(path)
     import pyarrow.fs as pafs
@@ -213,7 +214,7 @@ def open_checked(
             ok, bad = checked_files(bucket, name, scope, s3, index)
         except OSError as e:
             raise BucketError(f"{bucket}/{name}: cannot list the trace files: {e}") from e
-        gone = [c.entry.path for c in bad if not _exists(c.entry.path, s3)]
+        gone = [c.entry.path for c in bad if not exists(c.entry.path, s3)]
         if gone:
             raise BucketChanged(_shown(bucket, gone[0], s3))
         out.skipped += [f"{_shown(bucket, c.entry.path, s3)}: {c.problem}" for c in bad]
@@ -235,7 +236,7 @@ def open_checked(
             try:
                 local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
             except OSError:
-                gone = [p for p in local[name] if not _exists(p, s3)]
+                gone = [p for p in local[name] if not exists(p, s3)]
                 if gone:
                     raise BucketChanged(_shown(bucket, gone[0], s3)) from None
                 raise

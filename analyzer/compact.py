@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyzer.bucket import exists
 from collector import filecheck, layout
 from collector.schema import TABLES, table
 from collector.store import is_s3, remove, root_of, s3_filesystem
@@ -94,10 +95,15 @@ def compact_group(
         skipped += [f"{prefix}{c.entry.path}: {c.problem}" for c in bad]
     if len(good) <= 1:
         return len(entries), len(good) + len(bad), 0
-    parts = [
-        to_arrow(name, pq.read_table(c.entry.path, filesystem=fs).replace_schema_metadata(None))
-        for c in good
-    ]
+    try:
+        parts = [
+            to_arrow(name, pq.read_table(c.entry.path, filesystem=fs).replace_schema_metadata(None))
+            for c in good
+        ]
+    except OSError:
+        if all(exists(c.entry.path, fs) for c in good):
+            raise
+        return len(entries), len(entries), 0  # merged meanwhile by another compact (S3)
     data = pa.concat_tables(parts).sort_by(table(name).time_column)
     expected = sum(p.num_rows for p in parts)
     replaces = sorted({c.entry.name for c in good} | {n for c in good for n in c.replaces})

@@ -206,7 +206,7 @@ def one_schema(checks: list[FileCheck]) -> bool:
 
 def live(checks: list[FileCheck]) -> tuple[list[FileCheck], list[FileCheck]]:
     """(readable files not replaced by a compacted one, files that cannot be read)."""
-    gone = {(c.entry.folder, n) for c in checks if c.problem is None for n in c.replaces}
+    gone = replaced_names(checks)
     good = [c for c in checks if c.problem is None and (c.entry.folder, c.entry.name) not in gone]
     bad = [
         c for c in checks if c.problem is not None and (c.entry.folder, c.entry.name) not in gone
@@ -215,5 +215,28 @@ def live(checks: list[FileCheck]) -> tuple[list[FileCheck], list[FileCheck]]:
 
 
 def replaced_names(checks: list[FileCheck]) -> set[tuple[str, str]]:
-    """(folder, name) of every file a readable compacted file stands for."""
-    return {(c.entry.folder, n) for c in checks if c.problem is None for n in c.replaces}
+    """(folder, name) of every file a readable compacted file stands for, and of every
+    compacted file whose rows another one holds too (:func:`superseded`)."""
+    gone = {(c.entry.folder, n) for c in checks if c.problem is None for n in c.replaces}
+    return gone | superseded(checks)
+
+
+def superseded(checks: list[FileCheck]) -> set[tuple[str, str]]:
+    """Compacted files of a folder that another compacted file there makes redundant: it
+    replaces the same files (the greater name goes) or more. Two compacts of one folder
+    at once (S3 has no lock) each write one, from the same originals: read both, and
+    every row would count twice."""
+    merged: dict[str, list[FileCheck]] = {}
+    for c in checks:
+        if c.problem is None and c.replaces:
+            merged.setdefault(c.entry.folder, []).append(c)
+    out: set[tuple[str, str]] = set()
+    for group in merged.values():
+        for x in group:
+            xs = set(x.replaces)
+            for y in group:
+                ys = set(y.replaces)
+                if y is not x and (xs < ys or (xs == ys and y.entry.name < x.entry.name)):
+                    out.add((x.entry.folder, x.entry.name))
+                    break
+    return out

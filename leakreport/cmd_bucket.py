@@ -11,7 +11,7 @@ import click
 from analyzer import exitcodes
 from analyzer.bucketlock import BucketBusy, held
 from analyzer.progress import plural
-from leakreport.common import console, die, err, verbosity_options
+from leakreport.common import console, die, err, s3_there, verbosity_options
 from leakreport.options import parse_date
 
 
@@ -36,7 +36,9 @@ def compact(bucket: str, before: dt.date | None) -> None:
     schema (truncated, empty, foreign) is left as it is and named; the exit
     code is then 3, as it is when BUCKET holds no trace file at all (the folder
     above the bucket?). One compact or rollup at a time on a bucket folder: another
-    one running (a cron run that overran) is named, nothing is done, exit 3.
+    one running (a cron run that overran) is named, nothing is done, exit 3. An S3
+    bucket has no lock: two compacts at once there may each merge a folder, and
+    readers and the next compact then keep one of the two.
 
     \b
     Example (daily cron):
@@ -45,6 +47,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
     from analyzer.compact import CompactError
     from analyzer.compact import compact as run_compact
 
+    s3_there(bucket)
     try:
         with held(bucket, "leakreport compact"):
             res = run_compact(bucket, before, progress=console(), alone=True)
@@ -112,6 +115,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     from analyzer.runner import was_interrupted
     from analyzer.tier import build
 
+    s3_there(bucket)
     try:
         with held(bucket, "leakreport rollup"):
             if verify:

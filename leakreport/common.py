@@ -124,16 +124,17 @@ def write_out(text: str, out: str | None, what: str = "--out") -> None:
 
 def bucket_path(bucket: str) -> str:
     """Refuse what is not a bucket before any work (exit 2, one line)."""
-    if bucket.startswith("s3://"):
-        return bucket
     from collector.schema import TABLES
 
-    p = Path(bucket)
-    if not p.exists():
-        die(f"{bucket}: no such bucket folder")
-    if not p.is_dir():
-        die(f"{bucket}: not a folder (a bucket is a folder or s3://bucket/prefix)")
-    entries = [e.name for e in p.iterdir() if not e.name.startswith(".")]
+    if bucket.startswith("s3://"):
+        entries = s3_there(bucket)
+    else:
+        p = Path(bucket)
+        if not p.exists():
+            die(f"{bucket}: no such bucket folder")
+        if not p.is_dir():
+            die(f"{bucket}: not a folder (a bucket is a folder or s3://bucket/prefix)")
+        entries = [e.name for e in p.iterdir() if not e.name.startswith(".")]
     if entries and not any(name in TABLES for name in entries):
         die(
             f"{bucket}: not a trace bucket (none of its {plural(len(entries), 'entry', 'entries')}"
@@ -141,6 +142,30 @@ def bucket_path(bucket: str) -> str:
             f"leakreport simulate)"
         )
     return bucket
+
+
+def s3_there(bucket: str) -> list[str]:
+    """The names right under an S3 bucket's prefix; exit 2 where the S3 bucket does not
+    exist or nothing is stored under the prefix (as for a missing folder). A folder
+    bucket: nothing to check here (``[]``)."""
+    if not bucket.startswith("s3://"):
+        return []
+    import pyarrow.fs as pafs
+
+    from collector.store import s3_filesystem, s3_root
+
+    root = s3_root(bucket)
+    try:
+        fs = s3_filesystem()
+        if fs.get_file_info(root.split("/")[0]).type == pafs.FileType.NotFound:
+            die(f"{bucket}: no such S3 bucket {root.split('/')[0]!r}")
+        sel = pafs.FileSelector(root, recursive=False, allow_not_found=True)
+        names = [i.base_name for i in fs.get_file_info(sel) if not i.base_name.startswith(".")]
+    except OSError as e:  # pyarrow's S3 errors: credentials, endpoint, permissions
+        die(f"{bucket}: cannot open the S3 bucket: {e}")
+    if not names and "/" in root:
+        die(f"{bucket}: nothing is stored under this prefix (no such bucket folder)")
+    return names
 
 
 def load_packs(pack_dirs: tuple[str, ...], no_builtin: bool = False) -> list[Any]:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from analyzer import compact as compact_mod
@@ -131,3 +133,49 @@ def test_a_stopped_compacts_temporary_file_goes_at_once_under_the_lock(tmp_path)
     assert r.returncode == 0, r.stderr
     assert "; 1 stale temporary file removed" in r.stdout, r.stdout
     assert not mine.exists() and theirs.exists()
+
+
+def test_two_compacts_of_one_folder_count_its_rows_once(tmp_path, monkeypatch) -> None:
+    """Two compacts at once (S3 has no lock) each merge the same originals into a file of
+    their own: readers take one of the two, and the next compact deletes the other. Each
+    row counted twice before. A compact whose originals are gone while it reads them
+    (merged meanwhile by the other) leaves that folder alone."""
+    from collector import filecheck, layout
+    from collector.writer import write_compacted
+
+    simulate("healthy-static", tmp_path, hosts=1, hours=3, seed=2)
+    before = _counts(tmp_path)
+    entries = layout.list_entries(str(tmp_path), "gpu_samples")
+    (folder,) = {e.folder for e in entries}
+    e0 = entries[0]
+    live, _bad = filecheck.live(filecheck.check_all(entries))
+    data = pa.concat_tables(
+        [pq.read_table(c.entry.path).replace_schema_metadata(None) for c in live]
+    )
+    names = sorted(c.entry.name for c in live)
+    both = [
+        write_compacted(tmp_path, e0.host_dir, "gpu_samples", e0.day, data, names) for _ in (1, 2)
+    ]
+    for c in live:
+        Path(c.entry.path).unlink()
+    assert _counts(tmp_path) == before
+    checks = filecheck.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
+    assert len(filecheck.superseded(checks)) == 1 and len(filecheck.live(checks)[0]) == 1
+    compact_mod.compact(tmp_path)
+    left = [p.name for p in Path(folder).glob("*.parquet")]
+    assert left == [min(Path(str(p)).name for p in both)] and _counts(tmp_path) == before
+    # a compact that finds its originals gone mid-read: the folder is someone else's now
+    fresh = tmp_path / "again"
+    simulate("healthy-static", fresh, hosts=1, hours=3, seed=2)
+    group = compact_mod.groups(str(fresh), dt.date(2100, 1, 1), None, ["gpu_samples"])
+    ((key, files),) = group.items()
+    real = filecheck.check_all
+
+    def checked_then_merged_by_another(entries, fs=None):
+        out = real(entries, fs)
+        Path(files[-1].path).unlink()  # the other compact deletes what it merged
+        return out
+
+    monkeypatch.setattr(filecheck, "check_all", checked_then_merged_by_another)
+    assert compact_mod.compact_group(str(fresh), *key, files) == (len(files), len(files), 0)
+    assert len(list(Path(files[0].folder).glob("*.parquet"))) == len(files) - 1  # no new file

@@ -126,6 +126,33 @@ def test_unreachable_store_is_a_clear_error(tmp_path) -> None:
     )
 
 
+def test_a_mistyped_s3_bucket_or_prefix_is_named_as_missing(s3, tmp_path) -> None:
+    """As a missing folder is: exit 2 naming it, for every command that takes a bucket;
+    they said 'holds no trace files' (exit 3), as if an empty bucket had been found. The
+    level above the trace bucket is 'not a trace bucket', as it is for a folder."""
+    simulate("healthy-static", "s3://leaktraces/typo-check", hosts=1, hours=0.2, seed=3)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "leakreport", *args, "-q"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    for cmd in (["analyze"], ["compact"], ["rollup"], ["fleet", "--week", "2026-W48"]):
+        for bucket, says in [
+            ("s3://leaktracez/typo-check", "no such S3 bucket 'leaktracez'"),
+            ("s3://leaktraces/typo-chek", "nothing is stored under this prefix"),
+        ]:
+            args = [*cmd[:1], bucket, *cmd[1:]]
+            if cmd[0] == "fleet":
+                args += ["--out", str(tmp_path / "f.html")]
+            r = cli(*args)
+            assert r.returncode == 2 and says in r.stderr, (cmd, bucket, r.stderr)
+            assert "Traceback" not in r.stderr
+    r = cli("analyze", "s3://leaktraces")
+    assert r.returncode == 2 and "not a trace bucket" in r.stderr, r.stderr
+
+
 def _objects(prefix: str) -> list[str]:
     from pyarrow.fs import FileSelector
 
@@ -232,7 +259,8 @@ def test_tier_hosts_and_bad_objects_on_s3(s3, tmp_path) -> None:
     with s3_filesystem().open_output_stream(key) as f:
         f.write(b"not parquet")
     bad = analyze(bucket, packs, now=NOW)
-    (line,) = bad.run.incomplete
+    assert bad.run.incomplete[: len(before.run.incomplete)] == before.run.incomplete
+    (line,) = bad.run.incomplete[len(before.run.incomplete) :]  # and the object, named
     assert f"s3://{key}: unreadable Parquet" in line
     assert [(f.rule_id, f.host, f.summary) for f in bad.findings] == [
         (f.rule_id, f.host, f.summary) for f in before.findings
