@@ -154,7 +154,8 @@ def import_log(file: str, host: str, bucket: str, year: int | None, tz: str | No
     Example:
       leakcollect import server-log /var/log/sglang.log --host gpu-7 --bucket B
     """
-    from collector.importers import ImportError_, server_log
+    from collector.importers import ImportError_
+    from collector.logimport import server_log
 
     try:
         rows = server_log(file, host, year=year, tz=tz)

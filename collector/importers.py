@@ -18,11 +18,8 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from collector import logsig
 
 MIB = 1 << 20
 _NULLS = {
@@ -382,42 +379,3 @@ def gpu_memory_log(
 ) -> list[dict[str, Any]]:
     """The rows of :func:`read_gpu_memory_log`."""
     return read_gpu_memory_log(path, host, gpu=gpu, total_mib=total_mib, tz=tz).rows
-
-
-def server_log(
-    path: str | os.PathLike[str],
-    host: str,
-    *,
-    year: int | None = None,
-    tz: str | dt.tzinfo | None = None,
-) -> list[dict[str, Any]]:
-    """Lines of a whole server log that match a signature, each with its own time
-    (read in ``tz``; a line without one takes the previous line's)."""
-    zone_ = zone(tz)
-    p = Path(path)
-    mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)
-    inode = p.stat().st_ino
-    matcher = logsig.Matcher()  # keeps the lines that continue a kept one
-    rows, offset, last = [], 0, None
-    with logsig.open_log(p) as f:
-        for raw in f:
-            text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
-            text = logsig.plain(text)
-            when = logsig.line_time(text, year, zone_, fallback_year=mtime.year) or last
-            last = when or last
-            sig = matcher.match(text)
-            if sig is not None:
-                rows.append(
-                    {
-                        "ts": when or mtime,
-                        "host": host,
-                        "file": str(p),
-                        "inode": inode,
-                        "offset": offset,
-                        "text": text,
-                        "signature": sig,
-                        "truncated": len(raw) > logsig.MAX_LINE_BYTES,
-                    }
-                )
-            offset += len(raw)
-    return rows

@@ -18,8 +18,8 @@ from collector.importers import (
     nvidia_smi_csv,
     read_gpu_memory_log,
     read_nvidia_smi_csv,
-    server_log,
 )
+from collector.logimport import server_log
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MIB = 1 << 20

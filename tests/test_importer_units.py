@@ -353,7 +353,7 @@ def test_date_loop_zone_names_and_gpu_counting(tmp_path) -> None:
 
 
 def test_server_log_rows_are_complete(tmp_path) -> None:
-    from collector.importers import server_log
+    from collector.logimport import server_log
     from collector.logsig import MAX_LINE_BYTES
 
     batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
@@ -427,3 +427,43 @@ def test_samples_without_times_end_at_the_file_s_last_write(tmp_path) -> None:
     given = read_nvidia_smi_csv(f, "h", interval=5, start=T0)
     assert [r["ts"] for r in given.rows][::2] == [T0 + dt.timedelta(seconds=s) for s in (0, 5, 10)]
     assert given.note == "" and {p["ts"] for p in given.processes} == {T0}
+
+
+def test_date_less_stamps_are_dated_back_from_the_file_s_last_write(tmp_path) -> None:
+    """SGLang's [HH:MM:SS TP0] prefix has no date: the last such stamp is on the day of
+    the file's mtime (the day before when it is later in the day than the mtime), and each
+    midnight the log crosses moves the earlier lines a day back. They all took the mtime."""
+    from collector.logimport import server_log, time_of_day
+
+    batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, #queue-req: 0"
+    stamps = ["22:00:00 TP0", "23:59:50 TP0", "23:59:48 TP1", "00:00:10 TP0", "09:00:00 DP0 TP1"]
+    stamps += ["23:30:00", "00:05:00 TP0"]  # two more midnights
+    lines = [f"[{s}] {batch}" for s in stamps] + ["a continuation with no stamp " + batch]
+    f = tmp_path / "sglang.log"
+    f.write_text("\n".join(lines) + "\n")
+    end = dt.datetime(2026, 12, 3, 0, 6, tzinfo=dt.UTC)  # written at 00:05, touched at 00:06
+    os.utime(f, (end.timestamp(), end.timestamp()))
+    got = [r["ts"] for r in server_log(f, "h")]
+    day = [dt.datetime(2026, 12, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
+    h = dt.timedelta(hours=1)
+    assert got == [
+        day[0] + 22 * h,
+        day[0] + 24 * h - dt.timedelta(seconds=10),
+        day[0] + 24 * h - dt.timedelta(seconds=12),  # a rank a little behind: same day
+        day[1] + dt.timedelta(seconds=10),
+        day[1] + 9 * h,
+        day[1] + 23.5 * h,
+        day[2] + dt.timedelta(minutes=5),
+        day[2] + dt.timedelta(minutes=5),  # no stamp: the line before's
+    ]
+    # a last stamp later in the day than the mtime was written the day before
+    g = tmp_path / "late.log"
+    g.write_text(f"[23:50:00 TP0] {batch}\n")
+    os.utime(g, (day[2].timestamp() + 60, day[2].timestamp() + 60))  # touched at 00:01
+    assert [r["ts"] for r in server_log(g, "h")] == [day[2] - dt.timedelta(minutes=10)]
+    # in a zone: read as local wall time
+    os.utime(f, (day[2].timestamp() + 3600, day[2].timestamp() + 3600))  # 02:00 in Berlin
+    berlin = server_log(f, "h", tz="Europe/Berlin")
+    assert berlin[-1]["ts"] == day[2] - h + dt.timedelta(minutes=5)
+    assert berlin[0]["ts"] == day[0] + 21 * h
+    assert time_of_day("[25:00:00 TP0] x") is None and time_of_day("x [10:00:00]") is None

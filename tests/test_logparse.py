@@ -296,7 +296,7 @@ def test_a_coloured_log_reads_as_the_plain_one(tmp_path) -> None:
     shipper): the codes are taken out before stamps and events are read, and are not
     stored."""
     from collector import logsig
-    from collector.importers import server_log
+    from collector.logimport import server_log
 
     plain = [
         "INFO 12-01 09:59:01 [api_server.py:1043] vLLM API server version 0.9.1",

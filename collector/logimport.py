@@ -1,0 +1,114 @@
+"""Import a whole past server log (``leakcollect import server-log``): the lines the
+analyzer reads, each with the time it was written.
+
+A line's time is its own stamp (:func:`collector.logsig.line_time`), else the last one
+before it. SGLang's older prefix ``[HH:MM:SS TP0]`` has no date: such stamps are dated
+back from the file's last write, one day further back at each midnight the file crosses
+(a time more than 12 h before the one before it). Standard library only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from collector import logsig
+from collector.importers import zone
+
+# [HH:MM:SS TP0], [HH:MM:SS DP0 TP1 EP0], [HH:MM:SS]: the stamp alone, no date
+_TIME_ONLY = re.compile(r"\[(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?(?: [A-Z]+\d+)*\]")
+MIDNIGHT_JUMP = dt.timedelta(hours=12)  # a step back larger than this crossed a midnight
+MTIME_SLACK = dt.timedelta(minutes=5)  # a last stamp this far past the file's mtime: same day
+
+
+def time_of_day(text: str) -> dt.time | None:
+    """The time of a stamp that carries no date, at the start of the line."""
+    m = _TIME_ONLY.match(text)
+    if not m:
+        return None
+    h, mi, s = (int(g) for g in m.groups())
+    return dt.time(h, mi, s) if h < 24 and mi < 60 and s < 60 else None
+
+
+class _Dates:
+    """Date-less stamps in file order: each gets the count of midnights crossed before it;
+    once the last is known, the file's mtime dates them all."""
+
+    def __init__(self) -> None:
+        self.crossed = 0
+        self.prev: dt.time | None = None
+
+    def add(self, tod: dt.time) -> tuple[int, dt.time]:
+        if self.prev is not None and _secs(self.prev) - _secs(tod) > MIDNIGHT_JUMP.seconds:
+            self.crossed += 1
+        self.prev = tod
+        return self.crossed, tod
+
+    def resolve(self, stamp: tuple[int, dt.time], mtime: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
+        assert self.prev is not None
+        local = mtime.astimezone(tz)
+        last_day = local.date()
+        end = dt.datetime.combine(last_day, self.prev, tz)
+        if end - local > MTIME_SLACK:  # written before midnight, the file touched after it
+            last_day -= dt.timedelta(days=1)
+        day = last_day - dt.timedelta(days=self.crossed - stamp[0])
+        return dt.datetime.combine(day, stamp[1], tz).astimezone(dt.UTC)
+
+
+def _secs(t: dt.time) -> int:
+    return t.hour * 3600 + t.minute * 60 + t.second
+
+
+def server_log(
+    path: str | os.PathLike[str],
+    host: str,
+    *,
+    year: int | None = None,
+    tz: str | dt.tzinfo | None = None,
+) -> list[dict[str, Any]]:
+    """Lines of a whole server log that match a signature, each with its own time
+    (read in ``tz``; a line without one takes the previous line's)."""
+    zone_ = zone(tz)
+    p = Path(path)
+    mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)
+    inode = p.stat().st_ino
+    matcher = logsig.Matcher()  # keeps the lines that continue a kept one
+    dates = _Dates()
+    rows: list[dict[str, Any]] = []
+    offset, last = 0, None  # last: the time of the last stamped line (or its date-less form)
+    with logsig.open_log(p) as f:
+        for raw in f:
+            text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
+            text = logsig.plain(text)
+            when: Any = logsig.line_time(text, year, zone_, fallback_year=mtime.year)
+            if when is None and (tod := time_of_day(text)) is not None:
+                when = dates.add(tod)
+            last = when or last
+            sig = matcher.match(text)
+            if sig is not None:
+                rows.append(
+                    {
+                        "ts": last,
+                        "host": host,
+                        "file": str(p),
+                        "inode": inode,
+                        "offset": offset,
+                        "text": text,
+                        "signature": sig,
+                        "truncated": len(raw) > logsig.MAX_LINE_BYTES,
+                    }
+                )
+            offset += len(raw)
+    for r in rows:
+        ts = r["ts"]
+        r["ts"] = (
+            mtime
+            if ts is None
+            else dates.resolve(ts, mtime, zone_)
+            if isinstance(ts, tuple)
+            else ts
+        )
+    return rows
