@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from collector.datelines import date_line
+
 MIB = 1 << 20
 _NULLS = {
     "[n/a]",
@@ -295,10 +297,6 @@ def nvidia_smi_csv(
 _MEM_ISO = re.compile(
     r"^(\S+(?:[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)[\s,]+(\d+(?:\.\d+)?)\s*(?:MiB)?$"
 )
-# `date` in the C locale: "Mon Nov 23 00:00:10 UTC 2026" (day space-padded)
-_DATE = re.compile(
-    r"^(?:[A-Z][a-z]{2}) +([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (?:([A-Z]{1,5}|[+-]\d{4}) )?(\d{4})$"
-)
 _MEM_ONLY = re.compile(r"^(\d+(?:\.\d+)?)(?: ?MiB)?$")
 
 
@@ -312,7 +310,8 @@ def read_gpu_memory_log(
 ) -> Imported:
     """``<ISO-8601 time> <MiB>`` lines, or the output of a ``date; nvidia-smi
     --query-gpu=memory.used --format=csv,noheader`` loop: a ``date`` line, then one
-    memory line per GPU (GPU ``gpu``, ``gpu``+1, ...). Naive times are read in ``tz``;
+    memory line per GPU (GPU ``gpu``, ``gpu``+1, ...); the date line in any common locale
+    (:mod:`collector.datelines`), or `date -Is`. Naive times are read in ``tz``;
     other lines (nvidia-smi errors, headers) are skipped and counted."""
     zone_ = zone(tz)
     out = Imported()
@@ -338,12 +337,11 @@ def read_gpu_memory_log(
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            d = _DATE.match(line)
+            d = date_line(line, zone_)
             if d:
-                mon, day, hms, abbr, year = d.groups()
-                naive = dt.datetime.strptime(f"{year} {mon} {day} {hms}", "%Y %b %d %H:%M:%S")
-                z = dt.UTC if abbr in ("UTC", "GMT", "+0000") else zone_
-                when, k = naive.replace(tzinfo=z), 0
+                (when, named), k = d, 0
+                if named and tz is None:  # "CET" and no --tz: read as UTC, and said
+                    out.note = f"date lines name the zone {named}: read as UTC (give --tz)"
                 continue
             m = _MEM_ONLY.match(line)
             if m and when is not None:

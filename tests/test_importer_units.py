@@ -467,3 +467,35 @@ def test_date_less_stamps_are_dated_back_from_the_file_s_last_write(tmp_path) ->
     assert berlin[-1]["ts"] == day[2] - h + dt.timedelta(minutes=5)
     assert berlin[0]["ts"] == day[0] + 21 * h
     assert time_of_day("[25:00:00 TP0] x") is None and time_of_day("x [10:00:00]") is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Tue Dec  1 10:00:00 PM UTC 2026",  # en_US: 12-hour clock
+        "Tue 01 Dec 2026 10:00:00 PM UTC",  # en_US of older coreutils: year before time
+        "Tue  1 Dec 22:00:00 UTC 2026",  # en_GB: day before month
+        "Tue Dec  1 22:00:00 UTC 2026",  # C
+        "Tue, 01 Dec 2026 22:00:00 +0000",  # date -R
+        "2026-12-01T22:00:00+00:00",  # date -Is
+        "2026-12-01 23:00:00+01:00",  # date --rfc-3339=seconds
+    ],
+)
+def test_a_date_line_in_any_common_form_dates_the_samples_after_it(tmp_path, line) -> None:
+    f = tmp_path / "mem.log"
+    f.write_text(f"{line}\n28000 MiB\n1200 MiB\n")
+    got = read_gpu_memory_log(f, "h", gpu=0)
+    assert [(r["gpu_index"], r["ts"]) for r in got.rows] == [
+        (g, dt.datetime(2026, 12, 1, 22, tzinfo=dt.UTC)) for g in (0, 1)
+    ]
+    assert got.skipped == 0 and got.note == ""
+
+
+def test_a_date_line_naming_a_zone_is_read_in_tz_and_said_without_one(tmp_path) -> None:
+    f = tmp_path / "mem.log"
+    f.write_text("Tue Dec  1 12:00:00 AM CET 2026\n100 MiB\n")  # midnight, 12-hour clock
+    (row,) = read_gpu_memory_log(f, "h", tz="Europe/Berlin").rows
+    assert row["ts"] == dt.datetime(2026, 11, 30, 23, tzinfo=dt.UTC)
+    got = read_gpu_memory_log(f, "h")
+    assert got.rows[0]["ts"] == dt.datetime(2026, 12, 1, 0, tzinfo=dt.UTC)
+    assert "date lines name the zone CET: read as UTC (give --tz)" in got.summary()
