@@ -158,6 +158,24 @@ def zone(tz: str | dt.tzinfo | None) -> dt.tzinfo:
         ) from None
 
 
+class LocalTimes:
+    """A file's naive local times, read in order: in the hour a DST fall-back repeats, a
+    time more than :data:`FOLD_BACK` before the latest one so far is the second pass."""
+
+    FOLD_BACK = dt.timedelta(minutes=30)
+
+    def __init__(self, zone: dt.tzinfo) -> None:
+        self.zone, self.latest = zone, dt.datetime.min.replace(tzinfo=dt.UTC)
+
+    def utc(self, naive: dt.datetime) -> dt.datetime:
+        t = naive.replace(tzinfo=self.zone).astimezone(dt.UTC)
+        if self.latest - t > self.FOLD_BACK:
+            second = naive.replace(tzinfo=self.zone, fold=1).astimezone(dt.UTC)
+            t = max(t, second)
+        self.latest = max(self.latest, t)
+        return t
+
+
 def _is_header(parts: list[str], cols: list[tuple[str | None, str | None]]) -> bool:
     return any(c[0] for c in cols) and not any(re.match(r"^[-+]?\d", p) for p in parts)
 
@@ -184,6 +202,7 @@ def read_nvidia_smi_csv(
     # ending at the file's last write (the time of its last line), not starting there
     t0 = start or dt.datetime.fromtimestamp(os.path.getmtime(path), dt.UTC)
     placed: list[dict[str, Any]] = []
+    local = LocalTimes(zone_)
     sample, position = -1, 0
     seen_in_sample: set[int] = set()
     first_error: ImportError_ | None = None
@@ -217,7 +236,7 @@ def read_nvidia_smi_csv(
                 out.skip(path, n, e.msg)
                 continue
             if isinstance(rec.get("ts"), dt.datetime) and rec["ts"].tzinfo is None:
-                rec["ts"] = rec["ts"].replace(tzinfo=zone_).astimezone(dt.UTC)
+                rec["ts"] = local.utc(rec["ts"])
             if "pid" in rec:  # a --query-compute-apps row: at the GPU sample before it
                 if rec.get("ts") is None and placed and placed[-1]["ts"] is last_ts:
                     placed.append(rec)  # moves with it
@@ -317,6 +336,7 @@ def read_gpu_memory_log(
     out = Imported()
     total = int(total_mib * MIB) if total_mib else None
     when: dt.datetime | None = None
+    local = LocalTimes(zone_)
     k = 0
 
     def add(ts: dt.datetime, index: int, mib: float) -> None:
@@ -355,7 +375,7 @@ def read_gpu_memory_log(
                 except ValueError:
                     out.skip(path, n, f"unreadable time {m.group(1)!r}")
                     continue
-                add(ts if ts.tzinfo else ts.replace(tzinfo=zone_), gpu, float(m.group(2)))
+                add(ts if ts.tzinfo else local.utc(ts), gpu, float(m.group(2)))
                 continue
             out.skip(path, n, f"expected '<ISO-8601 time> <MiB>' or a date line, got {line[:80]!r}")
     if not out.rows:

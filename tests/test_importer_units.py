@@ -499,3 +499,20 @@ def test_a_date_line_naming_a_zone_is_read_in_tz_and_said_without_one(tmp_path) 
     got = read_gpu_memory_log(f, "h")
     assert got.rows[0]["ts"] == dt.datetime(2026, 12, 1, 0, tzinfo=dt.UTC)
     assert "date lines name the zone CET: read as UTC (give --tz)" in got.summary()
+
+
+def test_the_hour_a_dst_fall_back_repeats_is_read_twice_in_order(tmp_path) -> None:
+    """Berlin, 2026-10-25: 02:00-02:59 local happens twice. Samples every 10 min read in
+    order come out 10 min apart in UTC; the second pass was laid over the first (720
+    duplicate times and an hour's gap in the helper's repro, and a false RM001)."""
+    start = dt.datetime(2026, 10, 24, 23, 30, tzinfo=dt.UTC)  # 01:30 CEST
+    utc = [start + dt.timedelta(minutes=10 * i) for i in range(18)]
+    berlin = zone("Europe/Berlin")
+    local = [t.astimezone(berlin).strftime("%Y/%m/%d %H:%M:%S") for t in utc]
+    assert len(set(local)) == len(local) - 6  # the repeated hour, as nvidia-smi prints it
+    f = tmp_path / "smi.csv"
+    f.write_text("timestamp, index, memory.used [MiB]\n" + "".join(f"{x}, 0, 1\n" for x in local))
+    assert [r["ts"] for r in read_nvidia_smi_csv(f, "h", tz="Europe/Berlin").rows] == utc
+    m = tmp_path / "mem.log"
+    m.write_text("".join(f"{x.replace('/', '-')} 100\n" for x in local))
+    assert [r["ts"] for r in read_gpu_memory_log(m, "h", tz="Europe/Berlin").rows] == utc
