@@ -4,11 +4,14 @@ analyzer reads, each with the time it was written.
 A line's time is its own stamp (:func:`collector.logsig.line_time`), else the last one
 before it. SGLang's older prefix ``[HH:MM:SS TP0]`` has no date: such stamps are dated
 back from the file's last write, one day further back at each midnight the file crosses
-(a time more than 12 h before the one before it). Standard library only.
+(a time more than 12 h before the one before it). vLLM's ``MM-DD`` has no year: the
+given ``--year`` is the first line's, else the last line's is the mtime's; a year
+passes at each New Year the log crosses. Standard library only.
 """
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import os
 import re
@@ -58,6 +61,49 @@ class _Dates:
         return dt.datetime.combine(day, stamp[1], tz).astimezone(dt.UTC)
 
 
+class _Years:
+    """``MM-DD`` stamps in file order (vLLM's): each gets the count of New Years crossed
+    before it (the month going back by six or more); a given year is the first line's,
+    else the file's mtime dates the last line (the year before, when that day is later
+    in the year than the mtime)."""
+
+    def __init__(self) -> None:
+        self.crossed = 0
+        self.prev: tuple[int, int, dt.time] | None = None
+
+    def add(self, md: tuple[int, int, dt.time]) -> tuple[int, tuple[int, int, dt.time]]:
+        if self.prev is not None and self.prev[0] - md[0] >= 6:
+            self.crossed += 1
+        self.prev = md
+        return self.crossed, md
+
+    def resolve(
+        self,
+        stamp: tuple[int, tuple[int, int, dt.time]],
+        year: int | None,
+        mtime: dt.datetime,
+        tz: dt.tzinfo,
+    ) -> dt.datetime:
+        crossed, md = stamp
+        if year is not None:
+            y = year + crossed
+        else:
+            assert self.prev is not None
+            local = mtime.astimezone(tz)
+            y_last = local.year
+            if _when(y_last, self.prev, tz) - local > MTIME_SLACK:
+                y_last -= 1
+            y = y_last - (self.crossed - crossed)
+        return _when(y, md, tz).astimezone(dt.UTC)
+
+
+def _when(year: int, md: tuple[int, int, dt.time], tz: dt.tzinfo) -> dt.datetime:
+    month, day = md[0], md[1]
+    if (month, day) == (2, 29) and not calendar.isleap(year):
+        day = 28  # a stamp of 02-29 dated into a common year: the nearest day
+    return dt.datetime.combine(dt.date(year, month, day), md[2], tz)
+
+
 def _secs(t: dt.time) -> int:
     return t.hour * 3600 + t.minute * 60 + t.second
 
@@ -76,16 +122,18 @@ def server_log(
     mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)
     inode = p.stat().st_ino
     matcher = logsig.Matcher()  # keeps the lines that continue a kept one
-    dates = _Dates()
+    dates, years = _Dates(), _Years()
     rows: list[dict[str, Any]] = []
     offset, last = 0, None  # last: the time of the last stamped line (or its date-less form)
     with logsig.open_log(p) as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
             text = logsig.plain(text)
-            when: Any = logsig.line_time(text, year, zone_, fallback_year=mtime.year)
-            if when is None and (tod := time_of_day(text)) is not None:
-                when = dates.add(tod)
+            when: Any = logsig.line_time(text, None, zone_)
+            if when is None and (md := logsig.month_day(text)) is not None:
+                when = ("y", years.add(md))
+            elif when is None and (tod := time_of_day(text)) is not None:
+                when = ("d", dates.add(tod))
             last = when or last
             sig = matcher.match(text)
             if sig is not None:
@@ -104,11 +152,10 @@ def server_log(
             offset += len(raw)
     for r in rows:
         ts = r["ts"]
-        r["ts"] = (
-            mtime
-            if ts is None
-            else dates.resolve(ts, mtime, zone_)
-            if isinstance(ts, tuple)
-            else ts
-        )
+        if ts is None:
+            r["ts"] = mtime
+        elif isinstance(ts, tuple) and ts[0] == "y":
+            r["ts"] = years.resolve(ts[1], year, mtime, zone_)
+        elif isinstance(ts, tuple):
+            r["ts"] = dates.resolve(ts[1], mtime, zone_)
     return rows

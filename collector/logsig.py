@@ -153,6 +153,24 @@ def _offset(text: str | None, tz: dt.tzinfo) -> dt.tzinfo:
     return dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
 
 
+def month_day(text: str) -> tuple[int, int, dt.time] | None:
+    """(month, day, time) of a line stamped by the engine with ``MM-DD`` and no year (vLLM)
+    and no dated prefix before it to lend one; None otherwise."""
+    head = text[:200]
+    outer = _OUTER.match(head)
+    rest = head[outer.end() :] if outer else head
+    if outer or _FULL.search(rest):
+        return None
+    m = _MONTH_DAY.search(rest)
+    if not m:
+        return None
+    try:
+        dt.date(2000, int(m.group(1)), int(m.group(2)))  # a leap year: 02-29 passes
+        return int(m.group(1)), int(m.group(2)), dt.time.fromisoformat(m.group(3))
+    except ValueError:
+        return None
+
+
 def line_time(
     text: str,
     year: int | None = None,

@@ -383,8 +383,9 @@ def test_server_log_rows_are_complete(tmp_path) -> None:
         dt.datetime(2025, 11, 12, 5, 0, 0, tzinfo=utc),
         dt.datetime(2025, 11, 12, 5, 0, 0, tzinfo=utc),
     ]
-    # no year given: the file's mtime lends its year to MM-DD stamps
-    assert server_log(f, "h")[1]["ts"].year == 2026
+    # no year given: MM-DD stamps take the year that puts them before the file's mtime
+    # (2026-01-01: a November line was written in 2025)
+    assert server_log(f, "h")[1]["ts"].year == 2025
     # no time anywhere: the file's mtime, as UTC
     f.write_bytes(b"no time " + batch.encode() + b"\n")
     os.utime(f, (1767225600, 1767225600))
@@ -516,3 +517,25 @@ def test_the_hour_a_dst_fall_back_repeats_is_read_twice_in_order(tmp_path) -> No
     m = tmp_path / "mem.log"
     m.write_text("".join(f"{x.replace('/', '-')} 100\n" for x in local))
     assert [r["ts"] for r in read_gpu_memory_log(m, "h", tz="Europe/Berlin").rows] == utc
+
+
+def test_mm_dd_stamps_across_new_year_take_their_years(tmp_path) -> None:
+    """vLLM's MM-DD across New Year: December lines are the year before January's. Without
+    --year the last line's year is the mtime's; with it, the first line's. December lines
+    were put a year ahead, or January's a year back."""
+    from collector.logimport import server_log
+
+    stats = "Avg prompt throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs"
+    stamps = ["12-31 23:58:00", "12-31 23:59:59", "01-01 00:00:30", "01-01 10:00:00"]
+    f = tmp_path / "vllm.log"
+    f.write_text("".join(f"INFO {s} [loggers.py:1] {stats}\n" for s in stamps))
+    want = [
+        dt.datetime(2025, 12, 31, 23, 58, tzinfo=dt.UTC),
+        dt.datetime(2025, 12, 31, 23, 59, 59, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 1, 0, 0, 30, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 1, 10, tzinfo=dt.UTC),
+    ]
+    end = dt.datetime(2026, 1, 1, 10, 0, 5, tzinfo=dt.UTC).timestamp()
+    os.utime(f, (end, end))
+    assert [r["ts"] for r in server_log(f, "h")] == want
+    assert [r["ts"] for r in server_log(f, "h", year=2025)] == want
