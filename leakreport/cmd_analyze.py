@@ -106,6 +106,19 @@ def analyze(
     sys.exit(exit_code(doc, fail_on))
 
 
+# the analysis options that a findings document (an analysis already made) cannot honour
+_ANALYSIS_ONLY = {
+    "--since": "since",
+    "--until": "until",
+    "--host": "hosts",
+    "--pack": "packs",
+    "--param": "params",
+    "--executor": "executor",
+    "--memory-limit": "memory_limit",
+}
+_DEFAULTS = vars(AnalysisOptions())
+
+
 @click.command(epilog=EPILOG_EXIT)
 @click.argument("source")
 @analysis_options()
@@ -129,10 +142,15 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
 
     path = Path(source)
     if path.is_file():
+        given = [o for o, v in _ANALYSIS_ONLY.items() if getattr(opts, v) != _DEFAULTS[v]]
+        if given:  # a findings document is the analysis already made: they would do nothing
+            die(f"{', '.join(given)}: only for a bucket; {path} is a findings document")
         try:
             doc = FindingsDocument.from_json(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as e:
             die(f"{path}: not a findings document: {e}")
+    elif not source.startswith("s3://") and not path.exists():
+        die(f"{source}: no such findings file or bucket folder")
     else:
         doc = run_analysis(source, opts)
     write_out(render_report(doc), out, what="--out")

@@ -445,6 +445,22 @@ def test_paths_in_a_cron_line_and_a_config_file_hold_from_anywhere(tmp_path) -> 
     assert "the bucket is on S3: cron and systemd do not see this shell's AWS_*" in r.stderr
 
 
+def test_report_of_a_findings_file_refuses_options_it_cannot_honour(small_bucket, tmp_path):
+    """--host, --since and the like choose what an analysis reads; a findings file is an
+    analysis already made, so they were ignored in silence. A missing source is named as
+    neither a findings file nor a bucket."""
+    doc = tmp_path / "f.json"
+    r = leakreport("analyze", str(small_bucket), "--format", "json", "--out", str(doc), "-q")
+    assert doc.exists(), r.stderr
+    r = leakreport("report", str(doc), "--out", str(tmp_path / "r.html"), "--host", "x")
+    assert r.returncode == 2 and "--host: only for a bucket" in r.stderr
+    assert not (tmp_path / "r.html").exists()
+    r = leakreport("report", str(tmp_path / "nope.json"), "--out", str(tmp_path / "r.html"))
+    assert r.returncode == 2 and "nope.json: no such findings file or bucket folder" in r.stderr
+    r = leakreport("report", str(doc), "--out", str(tmp_path / "r.html"))
+    assert r.returncode == 0 and (tmp_path / "r.html").exists(), r.stderr
+
+
 def test_a_terminal_gets_a_progress_bar_and_q_silences_it(small_bucket) -> None:
     """stderr on a pseudo-terminal: a bar with position and ETA, not one line per rule."""
     import os
