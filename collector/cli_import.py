@@ -129,7 +129,8 @@ def import_memlog(
     Example:
       leakcollect import gpu-memory-log mem.log --host gpu-7 --bucket B --total-mib 81559
     """
-    from collector.importers import ImportError_, read_gpu_memory_log
+    from collector.importers import ImportError_
+    from collector.memlog import read_gpu_memory_log
 
     try:
         got = read_gpu_memory_log(file, host, gpu=gpu, total_mib=total_mib, tz=tz)

@@ -21,7 +21,13 @@ DEFAULT_SPOOL = "/var/tmp/leakreport-probe"
 
 @click.group()
 def probe() -> None:
-    """The PyTorch allocator probe that runs inside the server's processes."""
+    """The PyTorch allocator probe that runs inside the server's processes.
+
+    \b
+    Examples:
+      eval "$(leakcollect probe env --spool /var/tmp/leakreport-probe)"
+      leakcollect probe snapshot --pid 4242 --seconds 30
+    """
 
 
 @probe.command("env")

@@ -18,7 +18,13 @@ _TZ = tz_option(
 
 @click.group()
 def logs() -> None:
-    """Read SGLang / vLLM / PyTorch server logs the way the analyzer does."""
+    """Read SGLang / vLLM / PyTorch server logs the way the analyzer does.
+
+    \b
+    Examples:
+      leakreport logs parse /var/log/sglang.log --format table
+      leakreport logs grade tests/corpus/labels
+    """
 
 
 @logs.command("parse")

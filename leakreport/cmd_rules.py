@@ -20,7 +20,13 @@ _PACK = click.option(
 
 @click.group()
 def rules() -> None:
-    """List and test rule packs (one SQL file per rule, test cases as data)."""
+    """List and test rule packs (one SQL file per rule, test cases as data).
+
+    \b
+    Examples:
+      leakreport rules list --pack ./my-pack
+      leakreport rules test --pack ./my-pack --no-builtin
+    """
 
 
 @rules.command("list")

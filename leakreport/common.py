@@ -99,7 +99,7 @@ class Console:
 
 verbosity_options = verbosity_options_of(
     quiet_help="Nothing on stderr but errors.",
-    verbose_help="More detail on stderr (every rule's timing; plain lines instead of a bar).",
+    verbose_help="More detail on stderr (every step and its timing; plain lines, not a bar).",
 )
 
 

@@ -19,8 +19,9 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from collector.importers import read_gpu_memory_log, read_nvidia_smi_csv, zone
+from collector.importers import read_nvidia_smi_csv, zone
 from collector.logimport import server_log
+from collector.memlog import read_gpu_memory_log
 from collector.writer import BucketWriter
 
 SHAPES = ("native", "nvidia-smi-csv", "memory-log", "logs-only")

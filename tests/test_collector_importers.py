@@ -14,12 +14,11 @@ import pytest
 from collector import exitcodes
 from collector.importers import (
     ImportError_,
-    gpu_memory_log,
     nvidia_smi_csv,
-    read_gpu_memory_log,
     read_nvidia_smi_csv,
 )
 from collector.logimport import server_log
+from collector.memlog import gpu_memory_log, read_gpu_memory_log
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MIB = 1 << 20

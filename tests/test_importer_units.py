@@ -16,12 +16,11 @@ import pytest
 from collector.importers import (
     Imported,
     ImportError_,
-    gpu_memory_log,
     nvidia_smi_csv,
-    read_gpu_memory_log,
     read_nvidia_smi_csv,
     zone,
 )
+from collector.memlog import gpu_memory_log, read_gpu_memory_log
 
 MIB = 1 << 20
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -539,3 +538,17 @@ def test_mm_dd_stamps_across_new_year_take_their_years(tmp_path) -> None:
     os.utime(f, (end, end))
     assert [r["ts"] for r in server_log(f, "h")] == want
     assert [r["ts"] for r in server_log(f, "h", year=2025)] == want
+
+
+def test_a_utf16_file_as_powershell_writes_it_reads_as_utf8(tmp_path) -> None:
+    """`nvidia-smi ... > smi.csv` in Windows PowerShell writes UTF-16 with a byte-order
+    mark: it read as 'data before any header line'."""
+    text = "timestamp, index, memory.used [MiB]\r\n2026/12/01 10:00:00, 0, 100 MiB\r\n"
+    (tmp_path / "a.csv").write_text(text, encoding="utf-8")
+    (tmp_path / "b.csv").write_bytes(text.encode("utf-16"))
+    want = read_nvidia_smi_csv(tmp_path / "a.csv", "h").rows
+    assert want and read_nvidia_smi_csv(tmp_path / "b.csv", "h").rows == want
+    mem = "2026-12-01T10:00:00Z 100\n"
+    (tmp_path / "m.log").write_bytes(mem.encode("utf-16"))
+    (row,) = read_gpu_memory_log(tmp_path / "m.log", "h").rows
+    assert row["memory_used_bytes"] == 100 * 2**20

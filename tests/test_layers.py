@@ -30,6 +30,9 @@ def loaded_after(stmt: str) -> set[str]:
         "collector.nvml",
         "collector.procfs",
         "collector.importers",
+        "collector.memlog",
+        "collector.logimport",
+        "collector.datelines",
     ],
 )
 def test_collector_stays_light(module: str) -> None:
