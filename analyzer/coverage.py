@@ -136,18 +136,19 @@ def _idle_blind(
     """Hosts whose idle windows cannot be told: no GPU utilisation in any sample and no
     request activity, so every minute would pass for idle. The rules that judge by idle
     windows did not check them: said per host, and the run is incomplete."""
-    try:  # hosts with no activity first: the buckets are read for those alone (often none)
-        quiet = con.execute("SELECT host FROM gpu_info EXCEPT SELECT host FROM activity").fetchall()
-        blind = (
-            quiet
-            and con.execute(
-                "SELECT host, list(gpu_index ORDER BY gpu_index) FROM ("
-                "  SELECT host, gpu_index FROM gpu_buckets WHERE list_contains($1, host)"
-                "  GROUP BY ALL HAVING count(util_max) = 0"
-                ") GROUP BY host ORDER BY host",
-                [[h for (h,) in quiet]],
+    try:  # GPUs without a utilisation reading first (gpu_info knows): usually none
+        quiet = con.execute(
+            "SELECT host, list(gpu_index ORDER BY gpu_index) FROM gpu_info "
+            "WHERE util_samples = 0 GROUP BY host ORDER BY host"
+        ).fetchall()
+        busy = quiet and {
+            h
+            for (h,) in con.execute(
+                "SELECT DISTINCT host FROM activity WHERE list_contains($1, host)",
+                [[h for h, _ in quiet]],
             ).fetchall()
-        )
+        }
+        blind = [(h, gpus) for h, gpus in quiet if h not in (busy or set())]
     except duckdb.Error:
         return  # no device samples, or no activity table: nothing to judge by idle windows
     idle_rules = sorted((r for r in rules if r.id in ran and IDLE_INPUTS.search(r.sql)), key=_id)

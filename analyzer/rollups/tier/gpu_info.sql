@@ -7,6 +7,7 @@ SELECT host, gpu_index,
        max(total) AS total,
        min(first_ts) AS first_ts,
        max(last_ts) AS last_ts,
-       sum(samples)::BIGINT AS samples
+       sum(samples)::BIGINT AS samples,
+       sum(util_samples)::BIGINT AS util_samples
 FROM (SELECT * FROM tier_gpu_info UNION ALL BY NAME SELECT * FROM gpu_info_rest)
 GROUP BY host, gpu_index
