@@ -23,12 +23,24 @@ def stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[s
     return out
 
 
+_TEMP: list[str] = []
+
+
 def temp_stage() -> str:
-    """A temporary folder to stage objects in, removed when the process ends."""
+    """A temporary folder to stage objects in, removed when the process ends (or by
+    :func:`remove_temp`, for an exit that skips the interpreter's teardown)."""
     import atexit
-    import shutil
     import tempfile
 
     d = tempfile.mkdtemp(prefix="leakreport-s3-")
-    atexit.register(shutil.rmtree, d, True)
+    _TEMP.append(d)
+    atexit.register(remove_temp)
     return d
+
+
+def remove_temp() -> None:
+    """Remove the temporary staging folders made so far."""
+    import shutil
+
+    while _TEMP:
+        shutil.rmtree(_TEMP.pop(), True)

@@ -41,9 +41,12 @@ def main() -> None:
         code = cli.main(prog_name="leakreport", standalone_mode=False)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("\nleakreport: interrupted (Ctrl-C): nothing written at --out", err=True)
+        from analyzer.staging import remove_temp
+
+        remove_temp()  # S3 objects staged locally: atexit would, but it is skipped below
         sys.stdout.flush()
         sys.stderr.flush()
-        # every `with` and `finally` has run on the way here (temporary files are gone);
+        # every `with` and `finally` has run on the way here, and the staged objects are gone;
         # the interpreter's own teardown is skipped: a DuckDB database stopped mid-query
         # can abort the process in it (SIGABRT, "exception not rethrown")
         os._exit(exitcodes.INTERRUPTED)

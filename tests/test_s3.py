@@ -153,6 +153,36 @@ def test_a_mistyped_s3_bucket_or_prefix_is_named_as_missing(s3, tmp_path) -> Non
     assert r.returncode == 2 and "not a trace bucket" in r.stderr, r.stderr
 
 
+def test_ctrl_c_on_an_s3_analysis_leaves_no_staged_objects(s3, tmp_path) -> None:
+    """The objects staged from S3 live in temporary folders; Ctrl-C ends the run with exit
+    130 and none is left behind. (The interrupt path skips the interpreter's teardown, so
+    the folders that only atexit removed are now removed on that path by name.)"""
+    import signal
+    import time
+
+    bucket = "s3://leaktraces/ctrl-c"
+    simulate("fast-image-processor-leak", bucket, hosts=2, hours=6, seed=3)
+    temp = tmp_path / "t"
+    temp.mkdir()
+    landed = 0
+    for wait in (0.5, 1.5, 3.0):
+        p = subprocess.Popen(
+            [sys.executable, "-m", "leakreport", "analyze", bucket, "-v"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "TMPDIR": str(temp), "PYTHONUNBUFFERED": "1"},
+        )
+        time.sleep(wait)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            landed += 1
+        err = p.communicate(timeout=120)[1].decode()
+        assert p.returncode in (130, 1), err[-1500:]  # 1: done first, with findings
+        assert "Traceback" not in err
+        assert not list(temp.glob("leakreport-*")), err[-1500:]
+    assert landed >= 2
+
+
 def _objects(prefix: str) -> list[str]:
     from pyarrow.fs import FileSelector
 
