@@ -63,16 +63,16 @@ class _Dates:
 
 class _Years:
     """``MM-DD`` stamps in file order (vLLM's): each gets the count of New Years crossed
-    before it (the month going back by six or more); a given year is the first line's,
-    else the file's mtime dates the last line (the year before, when that day is later
-    in the year than the mtime)."""
+    before it (the month going from October or later to March or earlier); a given year
+    is the first line's, else the file's mtime dates the last line (the year before, when
+    that day is later in the year than the mtime). No line is put after the mtime."""
 
     def __init__(self) -> None:
         self.crossed = 0
         self.prev: tuple[int, int, dt.time] | None = None
 
     def add(self, md: tuple[int, int, dt.time]) -> tuple[int, tuple[int, int, dt.time]]:
-        if self.prev is not None and self.prev[0] - md[0] >= 6:
+        if self.prev is not None and self.prev[0] >= 10 and md[0] <= 3:
             self.crossed += 1
         self.prev = md
         return self.crossed, md
@@ -85,15 +85,17 @@ class _Years:
         tz: dt.tzinfo,
     ) -> dt.datetime:
         crossed, md = stamp
+        local = mtime.astimezone(tz)
         if year is not None:
             y = year + crossed
         else:
             assert self.prev is not None
-            local = mtime.astimezone(tz)
             y_last = local.year
             if _when(y_last, self.prev, tz) - local > MTIME_SLACK:
                 y_last -= 1
             y = y_last - (self.crossed - crossed)
+        while _when(y, md, tz) - local > MTIME_SLACK:  # never after the file's last write
+            y -= 1
         return _when(y, md, tz).astimezone(dt.UTC)
 
 

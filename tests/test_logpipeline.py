@@ -34,7 +34,7 @@ def _block(name: str, source_start: str) -> list[str]:
 
 
 def _import(tmp_path: Path, bucket: Path, host: str, lines: list[str]) -> None:
-    from collector.importers import server_log
+    from collector.logimport import server_log
     from collector.writer import BucketWriter
 
     f = tmp_path / f"{host}.log"
@@ -115,7 +115,7 @@ def test_the_bucket_path_reads_what_the_file_says(tmp_path, labels: Path) -> Non
     nothing else: the collector keeps every line the parser needs."""
     from analyzer import logevents
     from analyzer.bucket import open_bucket
-    from collector.importers import server_log
+    from collector.logimport import server_log
     from collector.writer import BucketWriter
 
     rows = loggrade.read_labels(labels)
