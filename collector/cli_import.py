@@ -21,17 +21,32 @@ def _die(msg: str) -> NoReturn:
     raise SystemExit(exitcodes.NOTHING)
 
 
-def _write(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> None:
+def _store(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> list[str]:
+    """Write rows into the bucket; the files written (exit 2 when it cannot)."""
     from collector.writer import BucketWriter
 
     if not rows:
-        return
+        return []
     try:
-        files = BucketWriter(bucket, host).write(table, rows)
+        return [str(f) for f in BucketWriter(bucket, host).write(table, rows)]
     except (OSError, ValueError) as e:
         _die(f"cannot write {table} to {bucket}: {e}")
-    n_files = f"{len(files)} file" + ("" if len(files) == 1 else "s")
-    click.echo(f"{len(rows)} rows into {n_files} of {table}", err=True)
+
+
+def _write(
+    bucket: str,
+    host: str,
+    table: str,
+    rows: list[dict[str, Any]],
+    before: int = 0,
+    files: list[str] | None = None,
+) -> None:
+    """Write the last rows and say how many went into how many files (``before`` rows
+    in ``files`` were written already)."""
+    written = (files or []) + _store(bucket, host, table, rows)
+    if written:
+        n_files = f"{len(written)} file" + ("" if len(written) == 1 else "s")
+        click.echo(f"{before + len(rows)} rows into {n_files} of {table}", err=True)
 
 
 _HOST = click.option(
@@ -99,17 +114,24 @@ def import_smi(
     """
     from collector.importers import ImportError_, read_nvidia_smi_csv
 
+    files: list[str] = []  # written a chunk at a time while the file is read
+
+    def flush(rows: list[dict[str, Any]]) -> None:
+        files.extend(_store(bucket, host, "gpu_samples", rows))
+
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
         if t0 and t0.tzinfo is None:
             t0 = t0.replace(tzinfo=dt.UTC)
-        got = read_nvidia_smi_csv(file, host, start=t0, interval=interval, columns=columns, tz=tz)
+        got = read_nvidia_smi_csv(
+            file, host, start=t0, interval=interval, columns=columns, tz=tz, flush=flush
+        )
     except (ImportError_, ValueError) as e:
         _die(str(e))
     click.echo(f"{file}: {got.summary()}", err=True)
-    if not got.rows and not got.processes:
+    if not got.rows and not got.processes and not got.written:
         _die(f"{file}: no nvidia-smi rows found")
-    _write(bucket, host, "gpu_samples", got.rows)
+    _write(bucket, host, "gpu_samples", got.rows, got.written, files)
     _write(bucket, host, "gpu_processes", got.processes)
 
 

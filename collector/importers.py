@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -110,6 +111,7 @@ class Imported:
     skipped: int = 0
     skipped_examples: list[str] = field(default_factory=list)
     note: str = ""  # how rows were placed in time, where the file did not say
+    written: int = 0  # rows already handed on (and gone from ``rows``) while reading
 
     def skip(self, path: str | os.PathLike[str], line: int, why: str) -> None:
         self.skipped += 1
@@ -118,7 +120,8 @@ class Imported:
 
     def summary(self) -> str:
         """One line for stderr: counts, then the first lines skipped and why."""
-        text = f"kept {len(self.rows)} rows" + (f" ({self.note})" if self.note else "")
+        text = f"kept {self.written + len(self.rows)} rows"
+        text += f" ({self.note})" if self.note else ""
         if self.processes:
             text += f" and {len(self.processes)} process rows"
         if self.skipped:
@@ -194,10 +197,15 @@ def read_nvidia_smi_csv(
     columns: str | None = None,
     tz: str | dt.tzinfo | None = None,
     strict: bool = False,
+    flush: Callable[[list[dict[str, Any]]], None] | None = None,
+    chunk: int = 100_000,
 ) -> Imported:
     """GPU rows (``--query-gpu``) and process rows (``--query-compute-apps``) of a file
     that may also hold banners, tables and blank lines: those are skipped and counted
-    (``strict`` raises at the first instead). Naive timestamps are read in ``tz``."""
+    (``strict`` raises at the first instead). Naive timestamps are read in ``tz``.
+    ``flush``: takes the GPU rows ``chunk`` at a time while the file is read, so memory
+    holds a chunk, not the file (not where rows are placed back from the mtime: their
+    times are known only at the end)."""
     zone_ = zone(tz)
     out = Imported()
     header: list[tuple[str | None, str | None]] | None = None
@@ -207,6 +215,7 @@ def read_nvidia_smi_csv(
     # ending at the file's last write (the time of its last line), not starting there
     t0 = start or dt.datetime.fromtimestamp(os.path.getmtime(path), dt.UTC)
     placed: list[dict[str, Any]] = []
+    uuids: dict[str, int] = {}  # GPU index by UUID, for the process rows
     local = LocalTimes(zone_)
     sample, position = -1, 0
     seen_in_sample: set[int] = set()
@@ -243,7 +252,12 @@ def read_nvidia_smi_csv(
             if isinstance(rec.get("ts"), dt.datetime) and rec["ts"].tzinfo is None:
                 rec["ts"] = local.utc(rec["ts"])
             if "pid" in rec:  # a --query-compute-apps row: at the GPU sample before it
-                if rec.get("ts") is None and placed and placed[-1]["ts"] is last_ts:
+                if (
+                    rec.get("ts") is None
+                    and start is None
+                    and placed
+                    and placed[-1]["ts"] is last_ts
+                ):
                     placed.append(rec)  # moves with it
                 rec["ts"] = rec.get("ts") or last_ts
                 out.processes.append(rec)
@@ -261,7 +275,8 @@ def read_nvidia_smi_csv(
             rec["gpu_index"] = idx
             if rec.get("ts") is None:
                 rec["ts"] = t0 + dt.timedelta(seconds=interval * sample)
-                placed.append(rec)
+                if start is None:
+                    placed.append(rec)
             last_ts = rec["ts"]
             if (
                 rec.get("memory_free_bytes") is None
@@ -270,6 +285,8 @@ def read_nvidia_smi_csv(
             ):
                 rec["memory_free_bytes"] = rec["memory_total_bytes"] - rec["memory_used_bytes"]
             rec.pop("pid", None)
+            if rec.get("gpu_uuid"):
+                uuids[rec["gpu_uuid"]] = idx
             out.rows.append(rec)
             moved = bool(placed) and placed[-1] is rec
             for p in pending:  # process rows printed before any GPU sample
@@ -277,7 +294,11 @@ def read_nvidia_smi_csv(
                 if moved:
                     placed.append(p)
             pending.clear()
-    if not out.rows and not out.processes:
+            if flush is not None and not placed and len(out.rows) >= chunk:
+                flush(out.rows)
+                out.written += len(out.rows)
+                out.rows = []
+    if not out.rows and not out.processes and not out.written:
         raise first_error or ImportError_(path, 1, "no data rows")
     if placed and start is None:
         back = dt.timedelta(seconds=interval * sample)
@@ -289,14 +310,13 @@ def read_nvidia_smi_csv(
             f"the file's modification time {placed[-1]['ts']:%Y-%m-%dT%H:%M:%SZ} "
             "(give --start to place them)"
         )
-    _place_processes(out, t0)
+    _place_processes(out, t0, uuids)
     return out
 
 
-def _place_processes(out: Imported, t0: dt.datetime) -> None:
+def _place_processes(out: Imported, t0: dt.datetime, by_uuid: dict[str, int]) -> None:
     """Process rows get their GPU's index (by UUID) and a time (their own, else the
     nearest GPU sample's, else the file's start)."""
-    by_uuid = {r["gpu_uuid"]: r["gpu_index"] for r in out.rows if r.get("gpu_uuid")}
     for p in out.processes:
         p["gpu_index"] = by_uuid.get(p.get("gpu_uuid") or "")
         p["ts"] = p.get("ts") or t0

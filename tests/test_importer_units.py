@@ -552,3 +552,29 @@ def test_a_utf16_file_as_powershell_writes_it_reads_as_utf8(tmp_path) -> None:
     (tmp_path / "m.log").write_bytes(mem.encode("utf-16"))
     (row,) = read_gpu_memory_log(tmp_path / "m.log", "h").rows
     assert row["memory_used_bytes"] == 100 * 2**20
+
+
+def test_a_large_csv_is_handed_on_a_chunk_at_a_time_with_the_same_rows(tmp_path) -> None:
+    """With ``flush``, GPU rows leave the reader ``chunk`` at a time (memory holds a chunk,
+    not the file: 1.2 M rows peaked at 1.0 GB before, 0.2 GB after, through the CLI),
+    and together they are the rows of one pass; process rows still find their GPU by
+    UUID. Rows placed back from the mtime (no time column, no --start) are held to the end."""
+    lines = ["timestamp, index, uuid, memory.used [MiB]"]
+    for s in range(50):
+        lines += [f"2026/12/01 10:00:{s:02d}, {g}, GPU-{g}, {100 + s} MiB" for g in range(2)]
+        if s == 30:
+            lines += ["pid, gpu_uuid, used_gpu_memory [MiB]", "77, GPU-1, 5 MiB"]
+            lines += ["timestamp, index, uuid, memory.used [MiB]"]
+    f = tmp_path / "smi.csv"
+    f.write_text("\n".join(lines) + "\n")
+    whole = read_nvidia_smi_csv(f, "h")
+    chunks: list[list[dict]] = []
+    got = read_nvidia_smi_csv(f, "h", flush=lambda rows: chunks.append(list(rows)), chunk=7)
+    assert all(len(c) == 7 for c in chunks) and len(chunks) == 100 // 7
+    assert [r for c in chunks for r in c] + got.rows == whole.rows
+    assert got.written == 98 and "kept 100 rows" in got.summary()
+    assert got.processes == whole.processes and got.processes[0]["gpu_index"] == 1
+    f.write_text("index, memory.used [MiB]\n" + "".join(f"0, {i}\n" for i in range(20)))
+    held: list[list[dict]] = []
+    got = read_nvidia_smi_csv(f, "h", flush=held.append, chunk=5)
+    assert held == [] and len(got.rows) == 20
