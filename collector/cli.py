@@ -17,7 +17,7 @@ import click
 from collector import __version__, exitcodes
 from collector.cli_import import import_
 from collector.clikit import verbosity_level, verbosity_options
-from collector.collectopts import collect_options, run_args, timeouts_of
+from collector.collectopts import absolute, collect_options, run_args, timeouts_of
 from collector.probecli import probe
 from collector.promcli import prometheus
 
@@ -162,7 +162,7 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
     Example:
       leakcollect cron-line --bucket /data/traces --log /var/log/sglang.log
     """
-    state = Path(ctx.params["state_dir"]).absolute()
+    state = Path(absolute(str(ctx.params["state_dir"])))
     args = " ".join(run_args(ctx))
     log = shlex.quote(str(state / "leakcollect.log"))
     cmd = f"mkdir -p {shlex.quote(str(state))} && {_exe()} run {args} >>{log} 2>&1"

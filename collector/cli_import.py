@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from typing import Any, NoReturn
 
 import click
@@ -21,8 +22,12 @@ def _die(msg: str) -> NoReturn:
     raise SystemExit(exitcodes.NOTHING)
 
 
-def _store(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> list[str]:
-    """Write rows into the bucket; the files written (exit 2 when it cannot)."""
+def _store(
+    bucket: str, host: str, table: str, rows: list[dict[str, Any]], before: int = 0
+) -> list[str]:
+    """Write rows into the bucket; the files written. When it cannot: exit 2 (nothing
+    written), or 1 where ``before`` rows went in already (a re-import is de-duplicated
+    when read)."""
     from collector.writer import BucketWriter
 
     if not rows:
@@ -30,7 +35,15 @@ def _store(bucket: str, host: str, table: str, rows: list[dict[str, Any]]) -> li
     try:
         return [str(f) for f in BucketWriter(bucket, host).write(table, rows)]
     except (OSError, ValueError) as e:
-        _die(f"cannot write {table} to {bucket}: {e}")
+        if not before:
+            _die(f"cannot write {table} to {bucket}: {e}")
+        click.echo(
+            f"leakcollect: cannot write {table} to {bucket}: {e}; {before} rows were "
+            "written before it (importing the file again once it can be written is safe: "
+            "the analysis reads each row once)",
+            err=True,
+        )
+        sys.exit(exitcodes.PARTIAL)
 
 
 def _write(
@@ -43,7 +56,7 @@ def _write(
 ) -> None:
     """Write the last rows and say how many went into how many files (``before`` rows
     in ``files`` were written already)."""
-    written = (files or []) + _store(bucket, host, table, rows)
+    written = (files or []) + _store(bucket, host, table, rows, before)
     if written:
         n_files = f"{len(written)} file" + ("" if len(written) == 1 else "s")
         click.echo(f"{before + len(rows)} rows into {n_files} of {table}", err=True)
@@ -116,8 +129,11 @@ def import_smi(
 
     files: list[str] = []  # written a chunk at a time while the file is read
 
+    flushed = [0]
+
     def flush(rows: list[dict[str, Any]]) -> None:
-        files.extend(_store(bucket, host, "gpu_samples", rows))
+        files.extend(_store(bucket, host, "gpu_samples", rows, flushed[0]))
+        flushed[0] += len(rows)
 
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None

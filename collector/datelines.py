@@ -22,13 +22,16 @@ _OFFSET = re.compile(r"([+-])(\d\d):?(\d\d)")
 UTC_NAMES = {"UTC", "GMT", "Z", "UCT"}
 
 
-def date_line(line: str, tz: dt.tzinfo) -> tuple[dt.datetime, str | None] | None:
+def date_line(line: str) -> tuple[dt.datetime, str | None] | None:
     """(the time a date line states, the zone name it carries when that is neither UTC nor
-    an offset, so read in ``tz``), or None when the line is not a date line.
+    an offset), or None when the line is not a date line. The time is naive where the
+    line gives no UTC or offset: the caller reads it in its zone.
 
-    >>> date_line("Tue Dec  1 10:00:00 PM UTC 2026", dt.UTC)[0].isoformat()
+    >>> date_line("Tue Dec  1 10:00:00 PM UTC 2026")[0].isoformat()
     '2026-12-01T22:00:00+00:00'
-    >>> date_line("mar. 01 déc. 2026 10:00:00 CET", dt.UTC) is None
+    >>> date_line("Sun Oct 25 02:10:00 CET 2026")
+    (datetime.datetime(2026, 10, 25, 2, 10), 'CET')
+    >>> date_line("mar. 01 déc. 2026 10:00:00 CET") is None
     True
     """
     s = line.strip()
@@ -37,14 +40,14 @@ def date_line(line: str, tz: dt.tzinfo) -> tuple[dt.datetime, str | None] | None
             when = dt.datetime.fromisoformat(s.replace("Z", "+00:00").replace(",", "."))
         except ValueError:
             return None
-        return (when if when.tzinfo else when.replace(tzinfo=tz)), None
+        return when, None
     toks = s.replace(",", " ").split()
     if not 4 <= len(toks) <= 8:
         return None
     month = day = year = None
     hms: tuple[int, int, int] | None = None
     half = name = None
-    zone: dt.tzinfo = tz
+    zone: dt.tzinfo | None = None
     for t in toks:
         low = t.lower().rstrip(".")
         if low[:3] in _MONTHS and low.isalpha() and month is None and low[:3] not in _WEEKDAYS:
@@ -63,7 +66,7 @@ def date_line(line: str, tz: dt.tzinfo) -> tuple[dt.datetime, str | None] | None
             sign = -1 if m[1] == "-" else 1
             zone = dt.timezone(sign * dt.timedelta(hours=int(m[2]), minutes=int(m[3])))
         elif t.isalpha() and t.isupper() and len(t) <= 5:
-            zone, name = (dt.UTC, None) if t in UTC_NAMES else (tz, t)
+            zone, name = (dt.UTC, None) if t in UTC_NAMES else (None, t)
         else:
             return None
     if month is None or day is None or year is None or hms is None:

@@ -15,6 +15,7 @@ A file with nothing readable raises :class:`ImportError_` naming the file and li
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
 import re
 from collections.abc import Callable
@@ -159,27 +160,38 @@ def zone(tz: str | dt.tzinfo | None) -> dt.tzinfo:
         ) from None
 
 
-def text_encoding(path: str | os.PathLike[str]) -> str:
-    """UTF-16 where the file opens with its byte-order mark (PowerShell's ``>`` writes
-    that), else UTF-8 (a UTF-8 byte-order mark dropped)."""
-    with open(path, "rb") as f:
-        return "utf-16" if f.read(2) in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+def open_text(path: str | os.PathLike[str]) -> io.TextIOWrapper:
+    """A file for reading as text: UTF-16 where it opens with that byte-order mark
+    (PowerShell's ``>`` writes one), else UTF-8 (its mark dropped); bad bytes replaced.
+    Opened once and the mark peeked at, so a pipe (``/dev/stdin``) loses nothing."""
+    raw = open(path, "rb")  # noqa: SIM115 - handed to the wrapper, closed with it
+    utf16 = raw.peek(2)[:2] in (b"\xff\xfe", b"\xfe\xff")
+    return io.TextIOWrapper(raw, encoding="utf-16" if utf16 else "utf-8-sig", errors="replace")
 
 
 class LocalTimes:
-    """A file's naive local times, read in order: in the hour a DST fall-back repeats, a
-    time more than :data:`FOLD_BACK` before the latest one so far is the second pass."""
+    """A file's naive local times, read in order. In the hour a DST fall-back repeats, a
+    zone name on the line (CEST, CET) says which pass it is; else a time more than
+    :data:`JITTER` before the latest one so far starts the second pass, which lasts
+    while the times stay in that hour."""
 
-    FOLD_BACK = dt.timedelta(minutes=30)
+    JITTER = dt.timedelta(minutes=2)
 
     def __init__(self, zone: dt.tzinfo) -> None:
         self.zone, self.latest = zone, dt.datetime.min.replace(tzinfo=dt.UTC)
+        self.second = False
 
-    def utc(self, naive: dt.datetime) -> dt.datetime:
-        t = naive.replace(tzinfo=self.zone).astimezone(dt.UTC)
-        if self.latest - t > self.FOLD_BACK:
-            second = naive.replace(tzinfo=self.zone, fold=1).astimezone(dt.UTC)
-            t = max(t, second)
+    def utc(self, naive: dt.datetime, name: str | None = None) -> dt.datetime:
+        first, again = (naive.replace(tzinfo=self.zone, fold=f) for f in (0, 1))
+        t = first.astimezone(dt.UTC)
+        if t == again.astimezone(dt.UTC):  # not in a repeated hour
+            self.second = False
+        elif name is not None and name in (first.tzname(), again.tzname()):
+            self.second = name == again.tzname()
+        else:
+            self.second = self.second or self.latest - t > self.JITTER
+        if self.second:
+            t = again.astimezone(dt.UTC)
         self.latest = max(self.latest, t)
         return t
 
@@ -222,7 +234,7 @@ def read_nvidia_smi_csv(
     first_error: ImportError_ | None = None
     last_ts: dt.datetime | None = None
     pending: list[dict[str, Any]] = []
-    with open(path, encoding=text_encoding(path), errors="replace") as f:
+    with open_text(path) as f:
         for n, raw in enumerate(f, 1):
             line = raw.strip().lstrip("\ufeff")
             if not line or line.startswith("#"):

@@ -220,16 +220,19 @@ def folder_entries(
 
 
 def _s3_prefixes(fs: Any, base: str, date_ok: DateOk, host_ok: HostOk) -> list[str]:
-    """The prefixes under a table to list in full: the table's own where most of it is in
-    scope, else its ``date=`` folders in scope, or their ``host=`` folders in scope where
-    few hosts are. One delimiter listing a level decides, so a day or a host of a long
-    history costs a few requests, not the whole table's keys (1,000 a request)."""
-    if date_ok is _all and host_ok is _all:
+    """The prefixes under a table to list in full: the table's own where most of its days
+    are in scope, else its ``date=`` folders in scope, or their ``host=`` folders in scope
+    where few hosts are. One delimiter listing a level decides, so a few days of a long
+    history cost a few requests, not the whole table's keys (1,000 a request). A host
+    filter alone lists the table at once: a listing per day would cost more."""
+    if date_ok is _all:
         return [base]
     days = _s3_dirs(fs, base, "date")
     keep = [d for v, d in days if (day := _day(v)) is not None and date_ok(day)]
-    if host_ok is _all and 2 * len(keep) > len(days):
+    if 2 * len(keep) > len(days):
         return [base]
+    if host_ok is _all:
+        return keep
     out: list[str] = []
     for d in keep:
         hosts = _s3_dirs(fs, d, "host")

@@ -4,7 +4,7 @@ analyzer reads, each with the time it was written.
 A line's time is its own stamp (:func:`collector.logsig.line_time`), else the last one
 before it. SGLang's older prefix ``[HH:MM:SS TP0]`` has no date: such stamps are dated
 back from the file's last write, one day further back at each midnight the file crosses
-(a time more than 12 h before the one before it). vLLM's ``MM-DD`` has no year: the
+(a time more than an hour before the one before it). vLLM's ``MM-DD`` has no year: the
 given ``--year`` is the first line's, else the last line's is the mtime's; a year
 passes at each New Year the log crosses. Standard library only.
 """
@@ -23,7 +23,9 @@ from collector.importers import zone
 
 # [HH:MM:SS TP0], [HH:MM:SS DP0 TP1 EP0], [HH:MM:SS]: the stamp alone, no date
 _TIME_ONLY = re.compile(r"\[(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?(?: [A-Z]+\d+)*\]")
-MIDNIGHT_JUMP = dt.timedelta(hours=12)  # a step back larger than this crossed a midnight
+# a step back in the time of day larger than this crossed a midnight (a quiet night
+# between two lines is a step back of hours); smaller ones are ranks printing out of order
+MIDNIGHT_JUMP = dt.timedelta(hours=1)
 MTIME_SLACK = dt.timedelta(minutes=5)  # a last stamp this far past the file's mtime: same day
 
 
@@ -58,7 +60,10 @@ class _Dates:
         if end - local > MTIME_SLACK:  # written before midnight, the file touched after it
             last_day -= dt.timedelta(days=1)
         day = last_day - dt.timedelta(days=self.crossed - stamp[0])
-        return dt.datetime.combine(day, stamp[1], tz).astimezone(dt.UTC)
+        when = dt.datetime.combine(day, stamp[1], tz)
+        while when - local > MTIME_SLACK:  # never after the file's last write
+            when -= dt.timedelta(days=1)
+        return when.astimezone(dt.UTC)
 
 
 class _Years:

@@ -90,10 +90,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_log(path: str | Path) -> BinaryIO:
-    """A saved log for reading, gzip-compressed (a rotated ``server.log.1.gz``) or not."""
-    with open(path, "rb") as head:
-        packed = head.read(2) == GZIP_MAGIC
-    return cast(BinaryIO, gzip.open(path, "rb")) if packed else open(path, "rb")  # noqa: SIM115
+    """A saved log for reading, gzip-compressed (a rotated ``server.log.1.gz``) or not.
+    Opened once and its first bytes peeked at, so a pipe (``/dev/stdin``) loses nothing."""
+    raw = open(path, "rb")  # noqa: SIM115 - the caller's to close
+    if raw.peek(2)[:2] != GZIP_MAGIC:
+        return raw
+    packed = gzip.GzipFile(fileobj=raw, mode="rb")
+    packed.myfileobj = raw  # type: ignore[assignment]  # closed with it, as gzip.open does
+    return cast(BinaryIO, packed)
 
 
 # a request log line (user text; never stored): the analyzer's REQUEST_LINE

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from collector.datelines import date_line
-from collector.importers import MIB, Imported, ImportError_, LocalTimes, text_encoding, zone
+from collector.importers import MIB, Imported, ImportError_, LocalTimes, open_text, zone
 
 _MEM_ISO = re.compile(
     r"^(\S+(?:[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)[\s,]+(\d+(?:\.\d+)?)\s*(?:MiB)?$"
@@ -51,14 +51,15 @@ def read_gpu_memory_log(
             }
         )
 
-    with open(path, encoding=text_encoding(path), errors="replace") as f:
+    with open_text(path) as f:
         for n, raw in enumerate(f, 1):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            d = date_line(line, zone_)
+            d = date_line(line)
             if d:
-                (when, named), k = d, 0
+                (stated, named), k = d, 0
+                when = stated if stated.tzinfo else local.utc(stated, named)
                 if named and tz is None:  # "CET" and no --tz: read as UTC, and said
                     out.note = f"date lines name the zone {named}: read as UTC (give --tz)"
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -39,13 +40,19 @@ def main() -> None:
     """The command line, with Ctrl-C (SIGINT) ending in exit 130 wherever it lands."""
     try:
         code = cli.main(prog_name="leakreport", standalone_mode=False)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("\nleakreport: interrupted (Ctrl-C): nothing written at --out", err=True)
+    except (KeyboardInterrupt, click.exceptions.Abort) as e:
+        if isinstance(e, click.exceptions.Abort) and not isinstance(
+            e.__cause__, KeyboardInterrupt
+        ):  # end of input at a prompt, as click's own main says it
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        click.echo("leakreport: interrupted (Ctrl-C): nothing written at --out", err=True)
         from analyzer.staging import remove_temp
 
         remove_temp()  # S3 objects staged locally: atexit would, but it is skipped below
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # a closed pipe must not bring the teardown back
+            sys.stdout.flush()
+            sys.stderr.flush()
         # every `with` and `finally` has run on the way here, and the staged objects are gone;
         # the interpreter's own teardown is skipped: a DuckDB database stopped mid-query
         # can abort the process in it (SIGABRT, "exception not rethrown")

@@ -114,7 +114,11 @@ _ANALYSIS_ONLY = {
     "--pack": "packs",
     "--param": "params",
     "--executor": "executor",
+    "--scheduler": "scheduler",
+    "--workers": "workers",
     "--memory-limit": "memory_limit",
+    "--batch-hosts": "batch_hosts",
+    "--rule-timeout": "rule_timeout",
 }
 _DEFAULTS = vars(AnalysisOptions())
 

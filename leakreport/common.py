@@ -7,6 +7,7 @@ Nothing heavy is imported here: commands import what they need when they run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -157,8 +158,9 @@ def s3_there(bucket: str) -> list[str]:
     root = s3_root(bucket)
     try:
         fs = s3_filesystem()
-        if fs.get_file_info(root.split("/")[0]).type == pafs.FileType.NotFound:
-            die(f"{bucket}: no such S3 bucket {root.split('/')[0]!r}")
+        with contextlib.suppress(OSError):  # a policy may allow the prefix, not the bucket
+            if fs.get_file_info(root.split("/")[0]).type == pafs.FileType.NotFound:
+                die(f"{bucket}: no such S3 bucket {root.split('/')[0]!r}")
         sel = pafs.FileSelector(root, recursive=False, allow_not_found=True)
         names = [i.base_name for i in fs.get_file_info(sel) if not i.base_name.startswith(".")]
     except OSError as e:  # pyarrow's S3 errors: credentials, endpoint, permissions

@@ -434,6 +434,9 @@ def test_paths_in_a_cron_line_and_a_config_file_hold_from_anywhere(tmp_path) -> 
     cfg.write_text("bucket = 5\n")
     r = run("collector.cli", "run", "--once", "--config", str(cfg), cwd=elsewhere)
     assert r.returncode == 2 and "c.toml: bucket must be a path, in quotes: got 5" in r.stderr
+    line = run("collector.cli", "cron-line", "--bucket", "/b", "--state-dir", "~/lc").stdout
+    home = os.path.expanduser("~/lc")
+    assert f"mkdir -p {home} " in line and f"--state-dir {home} " in line and "~" not in line
     url = "http://127.0.0.1:1/metrics?x=a%2Fb"
     units = run("collector.cli", "systemd-units", "--bucket", "/b", "--metrics-url", url).stdout
     (exec_start,) = [x for x in units.splitlines() if x.startswith("ExecStart=")]
@@ -450,8 +453,9 @@ def test_report_of_a_findings_file_refuses_options_it_cannot_honour(small_bucket
     doc = tmp_path / "f.json"
     r = leakreport("analyze", str(small_bucket), "--format", "json", "--out", str(doc), "-q")
     assert doc.exists(), r.stderr
-    r = leakreport("report", str(doc), "--out", str(tmp_path / "r.html"), "--host", "x")
-    assert r.returncode == 2 and "--host: only for a bucket" in r.stderr
+    for opt in (["--host", "x"], ["--since", "2026-01-01"], ["--rule-timeout", "5"]):
+        r = leakreport("report", str(doc), "--out", str(tmp_path / "r.html"), *opt)
+        assert r.returncode == 2 and f"{opt[0]}: only for a bucket" in r.stderr
     assert not (tmp_path / "r.html").exists()
     r = leakreport("report", str(tmp_path / "nope.json"), "--out", str(tmp_path / "r.html"))
     assert r.returncode == 2 and "nope.json: no such findings file or bucket folder" in r.stderr

@@ -578,3 +578,71 @@ def test_a_large_csv_is_handed_on_a_chunk_at_a_time_with_the_same_rows(tmp_path)
     held: list[list[dict]] = []
     got = read_nvidia_smi_csv(f, "h", flush=held.append, chunk=5)
     assert held == [] and len(got.rows) == 20
+
+
+def test_the_repeated_hour_in_date_lines_and_sparse_samples(tmp_path) -> None:
+    """A date line naming CEST or CET says which pass of the repeated hour it is; without a
+    name, samples further apart than the first rule allowed (40 min) stay in order."""
+    f = tmp_path / "loop.log"
+    f.write_text(
+        "".join(
+            f"Sun Oct 25 {hm}:00 {name} 2026\n100 MiB\n"
+            for hm, name in [
+                ("02:10", "CEST"),
+                ("02:50", "CEST"),
+                ("02:10", "CET"),
+                ("02:50", "CET"),
+            ]
+        )
+    )
+    got = [r["ts"].strftime("%H:%M") for r in read_gpu_memory_log(f, "h", tz="Europe/Berlin").rows]
+    assert got == ["00:10", "00:50", "01:10", "01:50"]
+    g = tmp_path / "iso.log"
+    g.write_text(
+        "".join(f"2026-10-25T{hm}:00 100\n" for hm in ["02:10", "02:50", "02:10", "02:50", "03:30"])
+    )
+    got = [r["ts"].strftime("%H:%M") for r in read_gpu_memory_log(g, "h", tz="Europe/Berlin").rows]
+    assert got == ["00:10", "00:50", "01:10", "01:50", "02:30"]
+
+
+def test_a_quiet_night_between_date_less_stamps_is_a_day(tmp_path) -> None:
+    """18:00, then nothing until 08:00: the 08:00 line is the next day, and no line is put
+    after the file's last write (the 18:00 line was dated 10 h after it)."""
+    from collector.logimport import server_log
+
+    batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, #queue-req: 0"
+    f = tmp_path / "sglang.log"
+    f.write_text(f"[18:00:00 TP0] {batch}\n[08:00:00 TP0] {batch}\n")
+    end = dt.datetime(2026, 12, 2, 8, 1, tzinfo=dt.UTC)
+    os.utime(f, (end.timestamp(), end.timestamp()))
+    assert [r["ts"] for r in server_log(f, "h")] == [
+        dt.datetime(2026, 12, 1, 18, tzinfo=dt.UTC),
+        dt.datetime(2026, 12, 2, 8, tzinfo=dt.UTC),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["nvidia-smi-csv", "gpu-memory-log", "server-log", "gzip"])
+def test_an_import_reads_a_pipe_whole(tmp_path, kind) -> None:
+    """/dev/stdin: the file is opened once and its first bytes peeked at (for a byte-order
+    mark or gzip), so none is lost; the first 8 KiB went to that sniffing read."""
+    import gzip
+    import subprocess
+    import sys
+
+    batch = "Decode batch, #running-req: 1, #token: 7, token usage: 0.04, #queue-req: 0"
+    text = {
+        "nvidia-smi-csv": "timestamp, index, memory.used [MiB]\n"
+        + "".join(f"2026/12/01 10:{m:02d}:00, 0, {m} MiB\n" for m in range(60)),
+        "gpu-memory-log": "".join(f"2026-12-01T10:{m:02d}:00Z {m}\n" for m in range(60)),
+        "server-log": "".join(f"[2026-12-01 10:{m:02d}:00 TP0] {batch}\n" for m in range(60)),
+    }
+    data = gzip.compress(text["server-log"].encode()) if kind == "gzip" else text[kind].encode()
+    what = "server-log" if kind == "gzip" else kind
+    r = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "import", what, "/dev/stdin", "--host", "h"]
+        + ["--bucket", str(tmp_path / "b")],
+        input=data,
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and b"60 rows into" in r.stderr, r.stderr

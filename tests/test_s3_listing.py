@@ -98,7 +98,10 @@ def test_a_narrow_scope_lists_only_its_prefixes(buckets) -> None:
     assert narrow.listings == 3 and narrow.keys == len(DAYS) + len(HOSTS) + 3
     day = Counting(s3)
     assert len(layout.list_entries(BUCKET, "gpu_samples", day, _one(DAYS[5]))) == 10
-    assert day.keys < whole.keys / 5
+    assert day.keys < whole.keys / 5 and day.listings == 2  # the dates, then that day
+    host = Counting(s3)  # a host over every day: one listing, not two a day
+    got = layout.list_entries(BUCKET, "gpu_samples", host, layout.ANY, lambda h: h == "gpu-b")
+    assert len(got) == 20 and host.listings == 1
 
 
 def test_one_folder_is_listed_alone(buckets) -> None:
