@@ -275,3 +275,29 @@ def test_server_log_times_read_in_tz(tmp_path) -> None:
     f.write_text("[2026-11-23 09:00:00] The server is fired up and ready to roll!\n")
     (row,) = server_log(f, "h", tz="Asia/Tokyo")
     assert row["ts"] == dt.datetime(2026, 11, 23, 0, tzinfo=dt.UTC)
+
+
+def test_an_import_that_fails_after_writing_some_chunks_says_so_and_exits_1(tmp_path) -> None:
+    """GPU rows go into the bucket 100,000 at a time: when a later write fails, the rows
+    already in are said and the exit is 1 (some written), not 2 ('nothing written')."""
+    t0 = dt.datetime(2026, 11, 1)
+    f = tmp_path / "smi.csv"
+    with f.open("w") as out:
+        out.write("timestamp, index, memory.used [MiB]\n")
+        for s in range(55_000):  # 2 GPUs every 5 s: 110,000 rows over 3.2 days
+            ts = (t0 + dt.timedelta(seconds=5 * s)).strftime("%Y/%m/%d %H:%M:%S")
+            out.write(f"{ts}, 0, 100 MiB\n{ts}, 1, 100 MiB\n")
+    blocked = tmp_path / "b" / "gpu_samples" / "date=2026-11-04"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where the day's folder would go")
+    r = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "import", "nvidia-smi-csv", str(f)]
+        + ["--host", "h", "--bucket", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == exitcodes.PARTIAL, r.stderr
+    assert "100000 rows were written before it" in r.stderr and "Traceback" not in r.stderr
+    kept = sum(pq.read_table(p).num_rows for p in (tmp_path / "b").rglob("*.parquet"))
+    assert 100_000 <= kept < 110_000
