@@ -11,7 +11,6 @@ import click
 from analyzer import exitcodes
 from analyzer.bucketlock import BucketBusy, held
 from analyzer.progress import plural
-from collector.clikit import verbosity_level
 from leakreport.common import console, die, err, s3_there, verbosity_options
 from leakreport.options import parse_date
 
@@ -56,7 +55,7 @@ def compact(bucket: str, before: dt.date | None) -> None:
         die(f"incomplete: {e}", exitcodes.INCOMPLETE)
     except (CompactError, OSError) as e:
         die(str(e))
-    result(
+    click.echo(
         f"{res.folders} folders: {res.files_before} files -> {res.files_after} "
         f"({res.rows} rows rewritten)" + _removed(res.temp_removed, "stale temporary file")
     )
@@ -123,7 +122,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
                 for line in tierverify.repair(bucket, console()):
                     err(f"leakreport: repaired: {line}")
             res = build(bucket, before, progress=console(), alone=True)
-            result(
+            click.echo(
                 f"{plural(res.built, 'host-day')} derived, {res.current} already current, "
                 f"{plural(res.weeks, 'week file')} written"
                 + _removed(res.temp_removed, "temporary file")
@@ -143,13 +142,6 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
         raise SystemExit(exitcodes.INCOMPLETE)
     if res.built == 0 and res.current == 0:
         holds_traces(bucket, "roll up")
-
-
-def result(line: str) -> None:
-    """A maintenance command's one-line result on stdout, unless -q: a daily cron line
-    then mails nothing on success (errors and incomplete work still go to stderr)."""
-    if verbosity_level() >= 0:
-        click.echo(line)
 
 
 def holds_traces(bucket: str, what: str) -> None:
@@ -185,7 +177,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
         res = weekstore.store_finished(bucket, before, analyse, weekstore.settings(opts), err, say)
     except OSError as e:
         die(f"storing the week findings: {e}")
-    result(
+    click.echo(  # the command's result, as the tier's line is: -q leaves stderr to errors
         f"week findings: {plural(res.stored, 'week')} stored, {res.current} already current, "
         f"{len(res.unclean)} not stored" + (" (incomplete analysis)" if res.unclean else "")
     )

@@ -220,7 +220,8 @@ def test_a_gpu_swapped_at_one_index_has_one_name(threads: int) -> None:
                TIMESTAMPTZ '2026-11-23 00:00:00+00' + to_seconds(i) AS ts,
                CASE WHEN i < {n} / 2 THEN 'NVIDIA H200' ELSE 'NVIDIA A100' END AS gpu_name,
                CASE WHEN i < {n} / 2 THEN 'GPU-b' ELSE 'GPU-a' END AS gpu_uuid,
-               1 AS memory_used_bytes, 2 AS memory_total_bytes
+               1 AS memory_used_bytes, 2 AS memory_total_bytes,
+               CAST(NULL AS FLOAT) AS utilization_gpu_pct
         FROM range({n}) t(i)"""
     )
     con.execute(stmt)
