@@ -20,6 +20,7 @@ from collector.clikit import verbosity_level, verbosity_options
 from collector.collectopts import absolute, collect_options, run_args, timeouts_of
 from collector.probecli import probe
 from collector.promcli import prometheus
+from collector.runlock import OWN_LOG
 
 
 def _die(msg: str) -> NoReturn:
@@ -87,7 +88,7 @@ def run(
       leakcollect run --config /etc/leakcollect.toml
     """
     from collector.run import Config, collect
-    from collector.runlock import LockHeld, acquire_lock
+    from collector.runlock import LockHeld, acquire_lock, rotate_own_log
 
     level = verbosity_level()
 
@@ -102,6 +103,7 @@ def run(
         _die(str(e))
     except OSError as e:
         _die(f"state dir {state}: {e}")
+    rotate_own_log(state)
     try:
         cfg = Config(
             bucket=bucket,
@@ -155,7 +157,8 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
     """Print a crontab line: every minute, sampling for 55 s, with these options.
 
     Takes the same options as `run` (or --config). The collector's own output goes
-    to leakcollect.log in --state-dir, which needs no root. Install it with the
+    to leakcollect.log in --state-dir, which needs no root (past 4 MiB a run moves it to
+    leakcollect.log.1, so it never grows for good). Install it with the
     command printed on stderr.
 
     \b
@@ -164,7 +167,7 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
     """
     state = Path(absolute(str(ctx.params["state_dir"])))
     args = " ".join(run_args(ctx))
-    log = shlex.quote(str(state / "leakcollect.log"))
+    log = shlex.quote(str(state / OWN_LOG))
     cmd = f"mkdir -p {shlex.quote(str(state))} && {_exe()} run {args} >>{log} 2>&1"
     line = "* * * * * " + cmd.replace("%", "\\%")  # cron turns a bare % into a newline
     click.echo(line)

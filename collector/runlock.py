@@ -116,3 +116,21 @@ def restamp(state_dir: Path, hold_s: float) -> None:
                 f.write(f"pid {os.getpid()} until={time.time() + hold_s:.0f}\n")
     except (OSError, IndexError):
         pass  # no lock (a library caller): nothing to restamp
+
+
+OWN_LOG = "leakcollect.log"  # what the cron line appends a run's output to
+OWN_LOG_MAX = 4 << 20  # then it becomes leakcollect.log.1 (the one before is dropped)
+
+
+def rotate_own_log(state: Path, max_bytes: int = OWN_LOG_MAX) -> bool:
+    """Move the cron line's log aside once it passes ``max_bytes`` (called under the lock):
+    the shell opened it for this run already, so this run still writes to the moved file
+    and the next run starts a new one. One old file is kept; nothing grows for good."""
+    log = state / OWN_LOG
+    try:
+        if log.stat().st_size < max_bytes:
+            return False
+        os.replace(log, state / f"{OWN_LOG}.1")
+    except OSError:  # no log (run by hand), or a folder it cannot change: leave it
+        return False
+    return True

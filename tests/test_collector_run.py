@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -560,3 +561,22 @@ def test_a_stuck_proc_read_is_abandoned_while_the_gpus_are_sampled(tmp_path) -> 
     runs = {r["source"]: r for r in _rows(tmp_path / "b", "collector_runs")}
     assert runs["procfs"]["status"] == "failed" and "abandoned" in runs["procfs"]["error"]
     assert runs["nvml"]["status"] == "ok"
+
+
+def test_the_cron_line_s_own_log_is_moved_aside_past_its_limit(tmp_path) -> None:
+    """The cron line appends each run's output to leakcollect.log for good: past 4 MiB a
+    run moves it to leakcollect.log.1 (its own output still lands there: the shell opened
+    the file), and the next run starts a new one."""
+    from collector.runlock import OWN_LOG, OWN_LOG_MAX
+
+    st = tmp_path / "st"
+    st.mkdir()
+    (st / OWN_LOG).write_bytes(b"x" * OWN_LOG_MAX)
+    args = [sys.executable, "-m", "collector.cli", "run", "--once", "--no-gpu"]
+    args += ["--bucket", str(tmp_path / "b"), "--state-dir", str(st)]
+    line = " ".join(shlex.quote(a) for a in args) + f" >>{shlex.quote(str(st / OWN_LOG))} 2>&1"
+    for _ in range(2):
+        subprocess.run(["sh", "-c", line], check=True, timeout=120)
+    old, new = (st / f"{OWN_LOG}.1").read_bytes(), (st / OWN_LOG).read_bytes()
+    assert old.startswith(b"x" * OWN_LOG_MAX) and b"leakcollect: run " in old[OWN_LOG_MAX:]
+    assert new.startswith(b"leakcollect: run ") and len(new) < 10_000
