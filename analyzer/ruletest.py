@@ -49,15 +49,42 @@ class Case:
     expect_status: str | None = None
 
 
+# what a [[case]] may hold; a key not here is a typo that would test nothing
+CASE_KEYS = (
+    "name",
+    "description",
+    "rows",
+    "gpu",
+    "params",
+    "expect_count",
+    "expect",
+    "expect_status",
+)
+EXPECTATIONS = ("expect_count", "expect", "expect_status")
+
+
 def load_cases(path: Path, pack: str) -> list[Case]:
+    """The cases of one tests/<RULE>.toml; ValueError naming the file and case for a file
+    that is not TOML, a key a case does not take, or a case that expects nothing."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: {e}") from e
     rule_id = str(doc.get("rule", path.stem))
     cases = []
     for i, c in enumerate(doc.get("case", []), 1):
         name = str(c.get("name", f"case{i}"))
+        unknown = sorted(set(c) - set(CASE_KEYS))
+        if unknown:
+            raise ValueError(
+                f"{path}: case {name!r}: unknown key {', '.join(map(repr, unknown))} "
+                f"(a case takes {', '.join(CASE_KEYS)})"
+            )
+        if not any(k in c for k in EXPECTATIONS):
+            raise ValueError(
+                f"{path}: case {name!r} expects nothing: give {', '.join(EXPECTATIONS[:2])} "
+                f"or {EXPECTATIONS[2]}"
+            )
         want = c.get("expect_status")
         if want is not None and want not in STATUSES:
             raise ValueError(
@@ -78,11 +105,30 @@ def load_cases(path: Path, pack: str) -> list[Case]:
     return cases
 
 
-def collect_cases(packs: list[Pack]) -> list[Case]:
+def collect_cases(packs: list[Pack], errors: list[str] | None = None) -> list[Case]:
+    """Every pack's cases. A file that cannot be read, or a case naming a parameter its
+    rule does not have, raises ValueError; with ``errors``, it is said there instead and
+    the other files' cases still come back."""
+    params = {r.id: set(r.params) for p in packs for r in p.rules}
     out: list[Case] = []
     for p in packs:
         for f in sorted((p.path / "tests").glob("*.toml")):
-            out.extend(load_cases(f, p.name))
+            try:
+                cases = load_cases(f, p.name)
+                for c in cases:
+                    wrong = sorted(set(c.params) - params.get(c.rule_id, set(c.params)))
+                    if wrong:
+                        have = ", ".join(sorted(params[c.rule_id])) or "none"
+                        raise ValueError(
+                            f"{f}: case {c.id.rsplit('/', 1)[-1]!r}: {c.rule_id} has no "
+                            f"parameter {', '.join(map(repr, wrong))} (it has: {have})"
+                        )
+            except ValueError as e:
+                if errors is None:
+                    raise
+                errors.append(str(e))
+                continue
+            out.extend(cases)
     return out
 
 

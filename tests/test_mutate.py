@@ -195,7 +195,10 @@ def test_a_case_with_bad_data_is_a_problem_not_a_crash(tmp_path) -> None:
     copy = tmp_path / "pack"
     shutil.copytree(FIXTURE, copy)
     cases = copy / "tests" / "T001.toml"
-    cases.write_text(cases.read_text() + '\n[[case]]\nname = "bad"\n[[case.gpu]]\nbogus_key = 1\n')
+    cases.write_text(
+        cases.read_text()
+        + '\n[[case]]\nname = "bad"\nexpect_count = 0\n[[case.gpu]]\nbogus_key = 1\n'
+    )
     (res,) = mutate.check_packs([load_pack(copy)])
     assert any("mutate-fixture/T001/bad: its data cannot be loaded" in p for p in res.problems)
     assert not mutate.passed([res])

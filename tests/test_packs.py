@@ -155,3 +155,47 @@ def test_the_rollups_a_rule_may_read_are_the_ones_an_analysis_makes() -> None:
     assert listed, "the README's paragraph for rule authors has moved"
     names = set(re.findall(r"`(\w+)`", listed.group(1)))
     assert len(names) >= 10 and names - {"log_events"} <= set(rollup.ROLLUP_TABLES)
+
+
+def test_the_readme_rule_and_a_pack_built_on_it_pass_their_cases(tmp_path) -> None:
+    """The README's example rule, as written there, in a pack with cases where it must fire
+    and where it must not: `rules test` passes it (it once failed on DuckDB 2's GROUP BY
+    ALL). Then the harness's own errors: a test file that is not TOML, a misspelled case
+    key and an unknown parameter each fail alone, named, and the good cases still run."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Rule packs") :]
+    sql = re.search(r"```sql\n(.*?)```", section, re.S).group(1)
+    pack = tmp_path / "mine"
+    (pack / "rules").mkdir(parents=True)
+    (pack / "tests").mkdir()
+    (pack / "pack.toml").write_text('name = "mine"\nversion = "1"\n')
+    (pack / "rules" / "MY001.sql").write_text(sql)
+    gpu = "[[case.gpu]]\nbase_mib = {b}\ntotal_mib = 16000\ncycles = 4\n"
+    (pack / "tests" / "MY001.toml").write_text(
+        '[[case]]\nname = "full"\nexpect_count = 1\n' + gpu.format(b=15600)
+        + '[[case]]\nname = "roomy"\nexpect_count = 0\n' + gpu.format(b=8000)
+    )  # fmt: skip
+
+    def rules_test() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "leakreport", "rules", "test", "--no-builtin", "--pack", str(pack)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    r = rules_test()
+    assert r.returncode == 0 and "2 passed, 0 failed" in r.stdout, r.stdout + r.stderr
+    (pack / "tests" / "MY002.toml").write_text("[[case]]\nexpect_count = \n")
+    (pack / "tests" / "MY003.toml").write_text('[[case]]\nname = "t"\nexpect_cout = 1\n')
+    (pack / "tests" / "MY004.toml").write_text(
+        'rule = "MY001"\n[[case]]\nname = "p"\nexpect_count = 0\nparams = { limt_pct = 1 }\n'
+    )
+    r = rules_test()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "2 passed, 0 failed, 3 test files not read" in r.stdout
+    assert "MY002.toml: Invalid value (at line 2" in r.stdout
+    assert "MY003.toml: case 't': unknown key 'expect_cout'" in r.stdout
+    assert "MY004.toml: case 'p': MY001 has no parameter 'limt_pct' (it has: limit_pct)" in r.stdout
