@@ -241,8 +241,7 @@ def _when_sites(sql: str, toks: list[Tok]) -> list[tuple[str, int, int, str, str
 
 def body_first_line(rule: Rule) -> int:
     """Line number in the rule file of the SQL's first character."""
-    text = rule.path.read_text(encoding="utf-8")
-    return text[: len(text) - len(rule.sql)].count("\n") + 1
+    return rule.body_line
 
 
 OPERATORS = ("cmp", "param", "drop", "when", "bound")

@@ -59,6 +59,9 @@ class RuleError:
         return f"{self.path}:{self.line}: {self.message}"
 
 
+_SQL_LINE = re.compile(r"\bLINE (\d+):")
+
+
 @dataclass
 class Rule:
     id: str
@@ -77,6 +80,17 @@ class Rule:
     params: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
     missing_hint: str = ""
+    body_line: int = 1  # the rule file's line of the SQL's first character
+
+    def located(self, e: BaseException) -> str:
+        """``path:line: error`` for an error of its SQL: DuckDB counts ``LINE n`` from the
+        SQL's first line, after the front-matter; made the file's line here."""
+        text = str(e)
+        m = _SQL_LINE.search(text)
+        if m is None:
+            return f"{self.path}: {text}"
+        at = self.body_line + int(m.group(1)) - 1
+        return f"{self.path}:{at}: {_SQL_LINE.sub(f'LINE {at}:', text, count=1)}"
 
     def bound_params(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The parameters the SQL refers to, with overrides applied."""
@@ -208,6 +222,7 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
         params=dict(params),
         enabled=meta.get("enabled", True),
         missing_hint=meta.get("missing_hint", "").strip(),
+        body_line=body_start + 1,
     )
 
 

@@ -272,7 +272,7 @@ class CaseBucket:
         try:
             found = run_rule(self.con, rule, self.case.params)
         except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
-            return "errored", f"{rule.path}: {e}", []
+            return "errored", rule.located(e), []
         finally:
             timer.cancel()
         return ("fired" if found else "clean"), "", found

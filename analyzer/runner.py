@@ -354,7 +354,7 @@ def _analyze(
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     if gone := vanished(e):
                         raise BucketChanged(gone) from e
-                    st.status, st.reason = "errored", f"{rule.path}: {e}"
+                    st.status, st.reason = "errored", rule.located(e)
                     found = []
                 st.duration_s = round(time.perf_counter() - t1, 4)
                 times.append({"stage": f"rule:{rule.id}", "seconds": st.duration_s})

@@ -78,6 +78,10 @@ def test_broken_rule_fails_alone(tmp_path) -> None:
             "U1": GOOD.format(id="U1"),
             "U2": GOOD.format(id="U2").replace("FROM gpu_samples", "FROM no_such_table"),
             "U3": GOOD.format(id="U3").replace('category = "leak.gpu"', "category = 3"),
+            # a misspelt column on the file's line 15 (DuckDB says LINE 2 of the SQL)
+            "U4": GOOD.format(id="U4").replace(
+                "SELECT host, count(*) AS n,", "SELECT host,\n  count(nope) AS n,"
+            ),
         },
     )
     bucket = tmp_path / "bucket"
@@ -87,6 +91,8 @@ def test_broken_rule_fails_alone(tmp_path) -> None:
     assert status["U1"].status == "fired" and status["U1"].findings == 1
     assert status["U2"].status == "errored" and "U2.sql" in status["U2"].reason
     assert status["U3"].status == "errored" and "U3.sql:5" in status["U3"].reason
+    assert status["U4"].status == "errored" and "U4.sql:15: " in status["U4"].reason
+    assert "LINE 15:" in status["U4"].reason, status["U4"].reason  # the file's line, not 2
 
 
 def test_missing_table_skips_rule(tmp_path) -> None:
