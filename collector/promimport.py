@@ -199,7 +199,7 @@ def run_import(
     t_begin = time.perf_counter()
     stats = Stats()
     step = opts.step
-    opts.start = math.floor(opts.start / step) * step
+    opts.start = math.ceil(opts.start / step) * step  # the first step at or after --start
     plan = discover(client, mapping, opts)
     for why in plan.dropped:
         say(f"left out: {why}")
@@ -215,6 +215,14 @@ def run_import(
     hosts = plan.hosts()
     source = f"{SOURCE}:{client.url}"
     clash = promruns.overlapping(bucket, source, set(hosts), opts.start, opts.end)
+    after = opts.start + step  # the window after the last import starts where it ended
+    if (
+        clash
+        and after <= opts.end
+        and not promruns.overlapping(bucket, source, set(hosts), after, opts.end)
+    ):
+        say(f"starting at {_iso(after)}: {_iso(opts.start)} is the last step of an earlier import")
+        opts.start, clash = after, None
     if clash:
         raise PromError("overlap", clash)
     stats.hosts = len(hosts)

@@ -442,9 +442,16 @@ def test_an_overlapping_window_is_not_imported_twice(fleet: dict[str, Any], tmp_
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "already holds" in again.stderr
     assert "2026-11-23T01:00:00Z .. 2026-11-23T02:00:00Z" in again.stderr
+    # the next window from where the last ended (cron, weekly): its shared step is skipped
+    nxt = _import(fleet["url"], b, start="2026-11-23T03:00:00Z", end="2026-11-23T03:30:00Z")
+    assert nxt.returncode == 0 and "starting at 2026-11-23T03:00:10Z" in nxt.stderr, nxt.stderr
+    # a start between two steps means the first step after it (it was rounded down, into
+    # the import before, and refused)
+    mid = _import(fleet["url"], b, start="2026-11-23T03:30:05Z", end="2026-11-23T04:00:00Z")
+    assert mid.returncode == 0, mid.stderr
     rows = _rows(b, "gpu_samples")
     gpus = n // 361  # 01:00:00 .. 02:00:00 holds 361 steps, 02:00:10 .. 03:00:00 360
-    assert len(rows) == n + gpus * 360  # the two hours, each once
+    assert len(rows) == n + gpus * (360 + 180 + 180)  # each step once
     assert len({(r["host"], r["gpu_index"], r["ts"]) for r in rows}) == len(rows)
     # other hosts of the same window are still welcome in a bucket that lacks them
     other = tmp_path / "other"
