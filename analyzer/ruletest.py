@@ -191,9 +191,10 @@ def check_result(case: Case, status: str, reason: str, found: list[Finding]) -> 
     return problems
 
 
-def run_case(case: Case, packs: list[Pack]) -> list[str]:
-    """Problems found (empty list = the case passed), through the full analysis."""
-    from analyzer.runner import analyze
+def run_case(case: Case, packs: list[Pack], rule_timeout: float | None = None) -> list[str]:
+    """Problems found (empty list = the case passed), through the full analysis
+    (``rule_timeout``: the analysis's own limit when None)."""
+    from analyzer.runner import DEFAULT_RULE_TIMEOUT_S, analyze
 
     rules = {r.id: r for p in packs for r in p.rules}
     if case.rule_id not in rules:
@@ -210,6 +211,7 @@ def run_case(case: Case, packs: list[Pack]) -> list[str]:
             only_rules={case.rule_id},
             overrides={case.rule_id: case.params},
             with_series=False,
+            rule_timeout=DEFAULT_RULE_TIMEOUT_S if rule_timeout is None else rule_timeout,
         )
     mine = [s for s in doc.run.rules if s.rule_id == case.rule_id]
     if not mine:

@@ -64,7 +64,15 @@ def rules_list(packs: tuple[str, ...]) -> None:
     help="Then change each rule's SQL one way at a time (comparisons, $parameters, WHERE/HAVING "
     "conjuncts, CASE conditions) and list the changes no case catches, with file and line.",
 )
-@click.option("--rule", "only", multiple=True, help="With --mutate: only this rule; repeatable.")
+@click.option("--rule", "only", multiple=True, help="Only this rule's cases; repeatable.")
+@click.option(
+    "--rule-timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    metavar="SECONDS",
+    help="Stop a rule that runs longer than this in a case; the case fails (rule errored).",
+)
 @click.option(
     "--boundary",
     is_flag=True,
@@ -73,7 +81,12 @@ def rules_list(packs: tuple[str, ...]) -> None:
 )
 @verbosity_options
 def rules_test(
-    packs: tuple[str, ...], no_builtin: bool, mutate: bool, only: tuple[str, ...], boundary: bool
+    packs: tuple[str, ...],
+    no_builtin: bool,
+    mutate: bool,
+    only: tuple[str, ...],
+    rule_timeout: float,
+    boundary: bool,
 ) -> None:
     """Run the rule test cases shipped in each pack's tests/ folder.
 
@@ -85,15 +98,21 @@ def rules_test(
     Example:
       leakreport rules test --pack ./my-pack --no-builtin
       leakreport rules test --mutate --rule HR001
+      leakreport rules test --rule GM001 --rule-timeout 10
     """
     from analyzer.ruletest import collect_cases, run_case
 
     loaded = load_packs(packs, no_builtin)
+    known = {r.id for p in loaded for r in p.rules}
+    if set(only) - known:
+        die(f"--rule: no rule {', '.join(sorted(set(only) - known))} is loaded")
     broken: list[str] = []  # test files that cannot be read: said, the rest still run
     failed = total = 0
     for case in collect_cases(loaded, broken):
+        if only and case.rule_id not in only:
+            continue
         total += 1
-        problems = run_case(case, loaded)
+        problems = run_case(case, loaded, rule_timeout)
         click.echo(f"{'ok' if not problems else 'FAIL':4} {case.id}")
         for p in problems:
             click.echo(f"     {p}")
@@ -112,9 +131,6 @@ def rules_test(
     if mutate:
         from analyzer import mutate as mut
 
-        known = {r.id for p in loaded for r in p.rules}
-        if set(only) - known:
-            die(f"--rule: no rule {', '.join(sorted(set(only) - known))} is loaded")
         ops = mut.OPERATORS if boundary else mut.DEFAULT_OPERATORS
         results = mut.check_packs(loaded, set(only) if only else None, ops=ops)
         click.echo(mut.report(results))

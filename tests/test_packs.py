@@ -205,3 +205,34 @@ def test_the_readme_rule_and_a_pack_built_on_it_pass_their_cases(tmp_path) -> No
     assert "MY002.toml: Invalid value (at line 2" in r.stdout
     assert "MY003.toml: case 't': unknown key 'expect_cout'" in r.stdout
     assert "MY004.toml: case 'p': MY001 has no parameter 'limt_pct' (it has: limit_pct)" in r.stdout
+
+
+def test_rules_test_takes_a_rule_timeout_and_runs_only_the_rules_asked(tmp_path) -> None:
+    """A runaway rule in a pack's case is stopped at --rule-timeout (it took the fixed 60 s
+    a case), and --rule runs that rule's cases alone (it ran every built-in case first)."""
+    import subprocess
+    import sys
+    import time
+
+    runaway = GOOD.format(id="RW1").replace(
+        "FROM gpu_samples GROUP BY host", "FROM gpu_samples, range(1000000000000) GROUP BY host"
+    )
+    pack = _pack(tmp_path / "pack", {"RW1": runaway, "U1": GOOD.format(id="U1")})
+    (pack / "tests").mkdir()
+    case = '[[case]]\nname = "c"\nexpect_count = 1\n[[case.gpu]]\ncycles = 1\n'
+    for rid in ("RW1", "U1"):
+        (pack / "tests" / f"{rid}.toml").write_text(case)
+
+    def rules_test(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "leakreport", "rules", "test", "--pack", str(pack), *args],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        return r, time.monotonic() - t0
+
+    r, took = rules_test("--no-builtin", "--rule-timeout", "1")
+    assert r.returncode == 2 and "time limit of 1 s" in r.stdout, r.stdout + r.stderr
+    assert "1 passed, 1 failed" in r.stdout and took < 30
+    r, _ = rules_test("--rule", "U1")  # the built-in pack is loaded, its cases not run
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "1 passed, 0 failed", r.stdout
