@@ -4,6 +4,7 @@ folder of the same layout, whatever the scope, and a narrow scope lists only its
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +116,21 @@ def test_one_folder_is_listed_alone(buckets) -> None:
     assert counted.listings == 1 and counted.keys == 3
     assert layout.folder_entries(BUCKET, "gpu_samples", DAYS[0], "nobody", s3) == []
     assert layout.folder_entries(local, "gpu_samples", DAYS[0], "nobody") == []
+
+
+def test_objects_are_staged_several_at_a_time_whole_or_not_at_all(buckets, tmp_path) -> None:
+    """stage() fetches objects STAGE_THREADS at a time (in turn, 200 objects behind a 20 ms
+    answer took 8.3 s against 1.0 s: bench in the commit message); each lands whole under
+    its key or not at all, and a key given twice is fetched once."""
+    from analyzer.staging import stage
+
+    _local, s3 = buckets
+    keys = [e.path for e in layout.list_entries(BUCKET, "gpu_samples", s3)]
+    got = stage(s3, keys + keys[:3], tmp_path / "stage")
+    assert len(got) == len(keys) + 3 and got[-3:] == got[:3]
+    assert all(Path(p).read_bytes() == b"x" for p in got)
+    assert not [p for p in (tmp_path / "stage").rglob("*") if p.name.endswith(".part")]
+    missing = f"{BUCKET}/gpu_samples/date=2026-11-01/host=gpu-a/nope.parquet"
+    with pytest.raises(OSError):
+        stage(s3, [keys[0], missing], tmp_path / "other")
+    assert not (tmp_path / "other" / missing).exists()
