@@ -71,6 +71,16 @@ def table(res: dict[str, Any]) -> str:
         f"{d['rss_mb']} (driver)",
         f"same findings count: {d['findings'] == fr[full_key]['pack']['findings']}",
     )
+    st = res.get("stage")
+    if st:
+        add(
+            f"S3 objects staged, {st['latency_ms']:g} ms a request: {st['threads']['threads']} at a time",
+            f"{st['objects']} × {st['object_kb']} KB",
+            st["threads"]["seconds"],
+            "—",
+            f"in turn {st['in_turn']['seconds']} s ({st['in_turn_over_threads']}× slower); "
+            f"same bytes: {st['threads']['same_bytes'] and st['in_turn']['same_bytes']}",
+        )
     fl = sc["fleet_report"]
     add(
         "weekly fleet report (build + render)",
@@ -299,13 +309,14 @@ def main(out_dir: str, tiny: bool) -> None:
         str(out / "reports.json"),
         *(["8", "1", "50"] if tiny else ["100", "2", "1000"]),
     )
+    _run("stage_bench.py", str(out / "stage.json"), *(["24"] if tiny else ["200"]))
     tier_args = ["--tier-hosts", "2", "--days", "2", "--month-days", "3", "--runs", "1"]
     _run("scale_bench.py", str(out / "tier.json"), "--tier-only", *(tier_args if tiny else []))
     res: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "tiny": tiny,
     }
-    for name in ("collector", "logparse", "scale", "tier", "prom", "prom_week", "reports"):
+    for name in ("collector", "logparse", "scale", "tier", "prom", "prom_week", "reports", "stage"):
         res[name] = json.loads((out / f"{name}.json").read_text())
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "results.md").write_text(table(res))

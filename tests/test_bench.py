@@ -69,6 +69,9 @@ def test_run_all_tiny_writes_results(tmp_path) -> None:
     assert s3["bytes_read"] < s3["bytes_stored"]
     first = res["tier"]["week"]["first_pass"]  # raw samples vs per-minute summaries
     assert first["same_rows"] is True and first["mib_summary"] > 0
+    stage = res["stage"]  # staged in turn and 8 at a time, the same bytes either way
+    assert stage["in_turn"]["same_bytes"] and stage["threads"]["same_bytes"]
+    assert stage["threads"]["threads"] > stage["in_turn"]["threads"] == 1
     md = (tmp_path / "results.md").read_text()
-    assert "× plain scan" in md and "Dask" in md and "S3" in md
+    assert "× plain scan" in md and "Dask" in md and "S3" in md and "staged" in md
     assert "per-minute summaries (measured, not built)" in md

@@ -120,8 +120,9 @@ def test_one_folder_is_listed_alone(buckets) -> None:
 
 def test_objects_are_staged_several_at_a_time_whole_or_not_at_all(buckets, tmp_path) -> None:
     """stage() fetches objects STAGE_THREADS at a time (in turn, 200 objects behind a 20 ms
-    answer took 8.3 s against 1.0 s: bench in the commit message); each lands whole under
-    its key or not at all, and a key given twice is fetched once."""
+    answer took 8.2 s against 1.0 s); each lands whole under
+    its key or not at all, and a key given twice is fetched once. (bench/stage_bench.py
+    measures it.)"""
     from analyzer.staging import stage
 
     _local, s3 = buckets
