@@ -1,7 +1,7 @@
 """Import a whole past server log (``leakcollect import server-log``): the lines the
 analyzer reads, each with the time it was written.
 
-A line's time is its own stamp (:func:`collector.logsig.line_time`), else the last one
+A line's time is its own stamp (:func:`collector.logsig.line_stamp`), else the last one
 before it. SGLang's older prefix ``[HH:MM:SS TP0]`` has no date: such stamps are dated
 back from the file's last write, one day further back at each midnight the file crosses
 (a time more than an hour before the one before it). vLLM's ``MM-DD`` has no year: the
@@ -136,9 +136,9 @@ def server_log(
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
             text = logsig.plain(text)
-            when: Any = logsig.line_time(text, None, zone_)
-            if when is None and (md := logsig.month_day(text)) is not None:
-                when = ("y", years.add(md))
+            when: Any = logsig.line_stamp(text, zone_)
+            if isinstance(when, tuple):  # MM-DD: its year comes once the file is read
+                when = ("y", years.add(when))
             elif when is None and (tod := time_of_day(text)) is not None:
                 when = ("d", dates.add(tod))
             last = when or last

@@ -157,22 +157,14 @@ def _offset(text: str | None, tz: dt.tzinfo) -> dt.tzinfo:
     return dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
 
 
-def month_day(text: str) -> tuple[int, int, dt.time] | None:
-    """(month, day, time) of a line stamped by the engine with ``MM-DD`` and no year (vLLM)
-    and no dated prefix before it to lend one; None otherwise."""
+def _stamps(text: str) -> tuple[re.Match[str] | None, re.Match[str] | None, re.Match[str] | None]:
+    """A line's shipper stamp at its start, the engine's full stamp after it, else its
+    ``MM-DD`` one: one pass of the three patterns over the line's head."""
     head = text[:200]
     outer = _OUTER.match(head)
     rest = head[outer.end() :] if outer else head
-    if outer or _FULL.search(rest):
-        return None
-    m = _MONTH_DAY.search(rest)
-    if not m:
-        return None
-    try:
-        dt.date(2000, int(m.group(1)), int(m.group(2)))  # a leap year: 02-29 passes
-        return int(m.group(1)), int(m.group(2)), dt.time.fromisoformat(m.group(3))
-    except ValueError:
-        return None
+    full = _FULL.search(rest)
+    return outer, full, None if full else _MONTH_DAY.search(rest)
 
 
 def line_time(
@@ -189,18 +181,41 @@ def line_time(
     vLLM's ``MM-DD``; a stamp with an offset is read with it, a naive one in ``tz``.
     ``year`` (given by a person) wins for ``MM-DD`` stamps; ``fallback_year`` (a file's
     mtime, say) is used only when neither it nor a dated prefix gives one."""
-    head = text[:200]
-    outer = _OUTER.match(head)
-    rest = head[outer.end() :] if outer else head
+    return _time(*_stamps(text), year or fallback_year, tz, year is not None)
+
+
+def line_stamp(text: str, tz: dt.tzinfo = dt.UTC) -> dt.datetime | tuple[int, int, dt.time] | None:
+    """:func:`line_time` with no year given, but for an engine's ``MM-DD`` stamp with no
+    dated prefix to lend a year (vLLM's): then (month, day, time), for the caller to
+    date; None where the line states no time (or not a real one)."""
+    outer, full, md = _stamps(text)
+    if md is None or outer is not None:
+        return _time(outer, full, md, None, tz, False)
     try:
-        m = _FULL.search(rest)
-        if m:
-            t = dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}")
-            return t.replace(tzinfo=_offset(m.group(3), tz)).astimezone(dt.UTC)
-        m = _MONTH_DAY.search(rest)
-        y = year or (int(outer.group(1)[:4]) if outer else None) or fallback_year
-        if m and y:
-            t = dt.datetime.fromisoformat(f"{y}-{m.group(1)}-{m.group(2)}T{m.group(3)}")
+        dt.date(2000, int(md.group(1)), int(md.group(2)))  # a leap year: 02-29 passes
+        return int(md.group(1)), int(md.group(2)), dt.time.fromisoformat(md.group(3))
+    except ValueError:
+        return None
+
+
+def _time(
+    outer: re.Match[str] | None,
+    full: re.Match[str] | None,
+    md: re.Match[str] | None,
+    year: int | None,
+    tz: dt.tzinfo,
+    given: bool,
+) -> dt.datetime | None:
+    """The UTC time of :func:`_stamps`'s matches; ``year`` for ``MM-DD``, which a dated
+    prefix's year overrides unless the year was ``given`` by a person."""
+    try:
+        if full:
+            t = dt.datetime.fromisoformat(f"{full.group(1)}T{full.group(2)}")
+            return t.replace(tzinfo=_offset(full.group(3), tz)).astimezone(dt.UTC)
+        lent = int(outer.group(1)[:4]) if outer else None
+        y = year if given else lent or year
+        if md and y:
+            t = dt.datetime.fromisoformat(f"{y}-{md.group(1)}-{md.group(2)}T{md.group(3)}")
             return t.replace(tzinfo=tz).astimezone(dt.UTC)
         if outer:
             t = dt.datetime.fromisoformat(f"{outer.group(1)}T{outer.group(2)}")
