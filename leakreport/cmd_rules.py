@@ -8,6 +8,7 @@ import click
 
 from analyzer import exitcodes
 from leakreport.common import die, err, load_packs, verbosity_options
+from leakreport.options import rule_timeout_option
 
 _PACK = click.option(
     "--pack",
@@ -65,13 +66,8 @@ def rules_list(packs: tuple[str, ...]) -> None:
     "conjuncts, CASE conditions) and list the changes no case catches, with file and line.",
 )
 @click.option("--rule", "only", multiple=True, help="Only this rule's cases; repeatable.")
-@click.option(
-    "--rule-timeout",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    metavar="SECONDS",
-    help="Stop a rule that runs longer than this in a case; the case fails (rule errored).",
+@rule_timeout_option(
+    "Stop a rule that runs longer than this in a case; the case fails (rule errored)."
 )
 @click.option(
     "--boundary",

@@ -41,6 +41,9 @@ def parse_size(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     return value.strip().replace(" ", "")
 
 
+RULE_TIMEOUT_S = 60.0  # analyzer.runner's default, kept here: the CLI loads no DuckDB to show it
+
+
 @dataclasses.dataclass(frozen=True)
 class AnalysisOptions:
     """Which data, which rules, and how to run them: shared by analyze, report and fleet."""
@@ -55,7 +58,7 @@ class AnalysisOptions:
     workers: int = 2
     memory_limit: str | None = None
     batch_hosts: int = 32
-    rule_timeout: float = 60.0
+    rule_timeout: float = RULE_TIMEOUT_S
 
 
 _SCOPE_OPTS = [
@@ -79,6 +82,20 @@ _RULE_OPTS = [
         help="Override a rule parameter, e.g. --param GM001.min_growth_mib=256 (repeatable).",
     ),
 ]
+
+
+def rule_timeout_option(help_text: str) -> Callable[[Any], Any]:
+    """--rule-timeout SECONDS (analyze and its kin, rules test): one default and bound."""
+    return click.option(
+        "--rule-timeout",
+        default=RULE_TIMEOUT_S,
+        show_default=True,
+        type=click.FloatRange(min=0.1),
+        metavar="SECONDS",
+        help=help_text,
+    )
+
+
 _RUN_OPTS = [
     click.option(
         "--executor",
@@ -119,13 +136,8 @@ _RUN_OPTS = [
         "one), and each host-day stored in the rollup tier an eighth of one read raw, so a "
         "batch can hold more hosts than this.",
     ),
-    click.option(
-        "--rule-timeout",
-        default=60.0,
-        show_default=True,
-        type=click.FloatRange(min=0.1),
-        metavar="SECONDS",
-        help="Stop a rule that runs longer than this; it is recorded as errored (exit 3).",
+    rule_timeout_option(
+        "Stop a rule that runs longer than this; it is recorded as errored (exit 3)."
     ),
 ]
 _FIELDS = [f.name for f in dataclasses.fields(AnalysisOptions)]
