@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 import duckdb
@@ -151,7 +152,9 @@ def _idle_blind(
         blind = [(h, gpus) for h, gpus in quiet if h not in (busy or set())]
     except duckdb.Error:
         return  # no device samples, or no activity table: nothing to judge by idle windows
-    idle_rules = sorted((r for r in rules if r.id in ran and IDLE_INPUTS.search(r.sql)), key=_id)
+    idle_rules = sorted(
+        (r for r in rules if r.id in ran and IDLE_INPUTS.search(r.sql)), key=attrgetter("id")
+    )
     if not blind or not idle_rules:
         return
     by_host = {c["host"]: c for c in doc.coverage}
@@ -172,7 +175,3 @@ def _idle_blind(
                     {"rule_id": r.id, "title": r.title, "lacked": [IDLE_LACK], "hint": None}
                 )
         entry["complete"] = False
-
-
-def _id(r: Rule) -> str:
-    return r.id

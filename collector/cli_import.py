@@ -129,11 +129,8 @@ def import_smi(
 
     files: list[str] = []  # written a chunk at a time while the file is read
 
-    flushed = [0]
-
-    def flush(rows: list[dict[str, Any]]) -> None:
-        files.extend(_store(bucket, host, "gpu_samples", rows, flushed[0]))
-        flushed[0] += len(rows)
+    def flush(rows: list[dict[str, Any]], before: int) -> None:
+        files.extend(_store(bucket, host, "gpu_samples", rows, before))
 
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None

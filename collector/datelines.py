@@ -50,7 +50,7 @@ def date_line(line: str) -> tuple[dt.datetime, str | None] | None:
     zone: dt.tzinfo | None = None
     for t in toks:
         low = t.lower().rstrip(".")
-        if low[:3] in _MONTHS and low.isalpha() and month is None and low[:3] not in _WEEKDAYS:
+        if low[:3] in _MONTHS and low.isalpha() and month is None:
             month = _MONTHS[low[:3]]
         elif low[:3] in _WEEKDAYS and low.isalpha():
             continue

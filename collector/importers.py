@@ -183,15 +183,15 @@ class LocalTimes:
 
     def utc(self, naive: dt.datetime, name: str | None = None) -> dt.datetime:
         first, again = (naive.replace(tzinfo=self.zone, fold=f) for f in (0, 1))
-        t = first.astimezone(dt.UTC)
-        if t == again.astimezone(dt.UTC):  # not in a repeated hour
+        t, t_again = first.astimezone(dt.UTC), again.astimezone(dt.UTC)
+        if t == t_again:  # not in a repeated hour
             self.second = False
         elif name is not None and name in (first.tzname(), again.tzname()):
             self.second = name == again.tzname()
         else:
             self.second = self.second or self.latest - t > self.JITTER
         if self.second:
-            t = again.astimezone(dt.UTC)
+            t = t_again
         self.latest = max(self.latest, t)
         return t
 
@@ -209,13 +209,14 @@ def read_nvidia_smi_csv(
     columns: str | None = None,
     tz: str | dt.tzinfo | None = None,
     strict: bool = False,
-    flush: Callable[[list[dict[str, Any]]], None] | None = None,
+    flush: Callable[[list[dict[str, Any]], int], None] | None = None,
     chunk: int = 100_000,
 ) -> Imported:
     """GPU rows (``--query-gpu``) and process rows (``--query-compute-apps``) of a file
     that may also hold banners, tables and blank lines: those are skipped and counted
     (``strict`` raises at the first instead). Naive timestamps are read in ``tz``.
-    ``flush``: takes the GPU rows ``chunk`` at a time while the file is read, so memory
+    ``flush``: takes the GPU rows ``chunk`` at a time while the file is read (with how
+    many went before them), so memory
     holds a chunk, not the file (not where rows are placed back from the mtime: their
     times are known only at the end)."""
     zone_ = zone(tz)
@@ -307,7 +308,7 @@ def read_nvidia_smi_csv(
                     placed.append(p)
             pending.clear()
             if flush is not None and not placed and len(out.rows) >= chunk:
-                flush(out.rows)
+                flush(out.rows, out.written)
                 out.written += len(out.rows)
                 out.rows = []
     if not out.rows and not out.processes and not out.written:

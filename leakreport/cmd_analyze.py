@@ -24,7 +24,12 @@ from leakreport.common import (
     verbosity_options,
     write_out,
 )
-from leakreport.options import AnalysisOptions, analysis_options, fail_on_option
+from leakreport.options import (
+    AnalysisOptions,
+    analysis_options,
+    fail_on_option,
+    given_analysis_options,
+)
 
 
 def table(doc: Any) -> str:
@@ -106,23 +111,6 @@ def analyze(
     sys.exit(exit_code(doc, fail_on))
 
 
-# the analysis options that a findings document (an analysis already made) cannot honour
-_ANALYSIS_ONLY = {
-    "--since": "since",
-    "--until": "until",
-    "--host": "hosts",
-    "--pack": "packs",
-    "--param": "params",
-    "--executor": "executor",
-    "--scheduler": "scheduler",
-    "--workers": "workers",
-    "--memory-limit": "memory_limit",
-    "--batch-hosts": "batch_hosts",
-    "--rule-timeout": "rule_timeout",
-}
-_DEFAULTS = vars(AnalysisOptions())
-
-
 @click.command(epilog=EPILOG_EXIT)
 @click.argument("source")
 @analysis_options()
@@ -146,7 +134,7 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
 
     path = Path(source)
     if path.is_file():
-        given = [o for o, v in _ANALYSIS_ONLY.items() if getattr(opts, v) != _DEFAULTS[v]]
+        given = given_analysis_options()
         if given:  # a findings document is the analysis already made: they would do nothing
             die(f"{', '.join(given)}: only for a bucket; {path} is a findings document")
         try:

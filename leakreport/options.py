@@ -160,6 +160,18 @@ def analysis_options(scope: bool = True) -> Callable[[Any], Any]:
     return deco
 
 
+def given_analysis_options() -> list[str]:
+    """The analysis options of the running command given on its command line, as typed
+    (``--host``): what a command that reads a findings document cannot honour."""
+    ctx = click.get_current_context()
+    return [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in _FIELDS
+        and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE
+    ]
+
+
 def fail_on_option(default: str) -> Callable[[Any], Any]:
     return click.option(
         "--fail-on",

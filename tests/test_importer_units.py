@@ -569,14 +569,21 @@ def test_a_large_csv_is_handed_on_a_chunk_at_a_time_with_the_same_rows(tmp_path)
     f.write_text("\n".join(lines) + "\n")
     whole = read_nvidia_smi_csv(f, "h")
     chunks: list[list[dict]] = []
-    got = read_nvidia_smi_csv(f, "h", flush=lambda rows: chunks.append(list(rows)), chunk=7)
+    befores: list[int] = []
+
+    def flush(rows: list[dict], before: int) -> None:
+        chunks.append(list(rows))
+        befores.append(before)
+
+    got = read_nvidia_smi_csv(f, "h", flush=flush, chunk=7)
     assert all(len(c) == 7 for c in chunks) and len(chunks) == 100 // 7
+    assert befores == [7 * i for i in range(len(chunks))]  # rows handed on before each
     assert [r for c in chunks for r in c] + got.rows == whole.rows
     assert got.written == 98 and "kept 100 rows" in got.summary()
     assert got.processes == whole.processes and got.processes[0]["gpu_index"] == 1
     f.write_text("index, memory.used [MiB]\n" + "".join(f"0, {i}\n" for i in range(20)))
     held: list[list[dict]] = []
-    got = read_nvidia_smi_csv(f, "h", flush=held.append, chunk=5)
+    got = read_nvidia_smi_csv(f, "h", flush=lambda rows, _n: held.append(rows), chunk=5)
     assert held == [] and len(got.rows) == 20
 
 
