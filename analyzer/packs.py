@@ -155,43 +155,56 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
     except tomllib.TOMLDecodeError as e:
         return RuleError(path, first - 1 + _toml_line(e), f"invalid TOML metadata: {e}", rule_id)
 
-    def err(key: str, msg: str) -> RuleError:
-        return RuleError(path, first - 1 + _key_line(front, key), msg, rule_id)
+    problems: list[tuple[int, str]] = []  # every metadata problem, so one edit fixes them all
+
+    def err(key: str, msg: str) -> None:
+        problems.append((first - 1 + _key_line(front, key), msg))
 
     for key, typ in REQUIRED_KEYS.items():
         if key not in meta:
-            return RuleError(path, first, f"metadata lacks required key {key!r}", rule_id)
-        if not isinstance(meta[key], typ):
-            return err(key, f"{key!r} must be a {typ.__name__}")
+            problems.append((first, f"metadata lacks required key {key!r}"))
+        elif not isinstance(meta[key], typ):
+            err(key, f"{key!r} must be a {typ.__name__}")
     for key, value in meta.items():
         if key in OPTIONAL_KEYS:
             if not isinstance(value, OPTIONAL_KEYS[key]):
-                return err(key, f"{key!r} must be a {OPTIONAL_KEYS[key].__name__}")
+                err(key, f"{key!r} must be a {OPTIONAL_KEYS[key].__name__}")
         elif key not in REQUIRED_KEYS:
-            return err(key, f"unknown metadata key {key!r}")
-    if meta["id"] != rule_id:
-        return err("id", f"id {meta['id']!r} must equal the file name {rule_id!r}")
+            err(key, f"unknown metadata key {key!r}")
+
+    def valid(key: str) -> bool:
+        return isinstance(meta.get(key), REQUIRED_KEYS[key])
+
+    if valid("id") and meta["id"] != rule_id:
+        err("id", f"id {meta['id']!r} must equal the file name {rule_id!r}")
     if not _ID.match(rule_id):
-        return err("id", f"id {rule_id!r} must be letters, digits and underscores")
-    if meta["category"] not in CATEGORIES:
-        return err(
-            "category", f"unknown category {meta['category']!r}; use one of {', '.join(CATEGORIES)}"
+        err("id", f"id {rule_id!r} must be letters, digits and underscores")
+    if valid("category") and meta["category"] not in CATEGORIES:
+        err(
+            "category",
+            f"unknown category {meta['category']!r} (use one of {', '.join(CATEGORIES)})",
         )
-    if meta["severity"] not in SEVERITIES:
-        return err(
-            "severity", f"unknown severity {meta['severity']!r}; use one of {', '.join(SEVERITIES)}"
+    if valid("severity") and meta["severity"] not in SEVERITIES:
+        err(
+            "severity",
+            f"unknown severity {meta['severity']!r} (use one of {', '.join(SEVERITIES)})",
         )
-    for entry in meta["requires"]:  # "a|b" = either table will do
+    for entry in meta["requires"] if valid("requires") else []:  # "a|b" = either table will do
         for t in str(entry).split("|"):
             if t not in TABLES:
-                return err("requires", f"requires unknown table {t!r}; known: {', '.join(TABLES)}")
-    for c in meta["evidence"]:
-        if not isinstance(c, str):
-            return err("evidence", "evidence must list column names")
-    params = meta.get("params", {})
+                err("requires", f"requires unknown table {t!r} (known: {', '.join(TABLES)})")
+    if valid("evidence") and not all(isinstance(c, str) for c in meta["evidence"]):
+        err("evidence", "evidence must list column names")
+    params = meta.get("params", {}) if isinstance(meta.get("params", {}), dict) else {}
     for k, v in params.items():
         if not isinstance(v, (int, float, str, bool)):
-            return err(k, f"parameter {k!r} must be a number, string or boolean")
+            err(k, f"parameter {k!r} must be a number, string or boolean")
+    if problems:
+        problems.sort()
+        (line, msg), rest = problems[0], problems[1:]
+        if rest:
+            msg += "; also " + "; ".join(f"line {n}: {m}" for n, m in rest)
+        return RuleError(path, line, msg, rule_id)
     sql = text[m.end() :]
     if not sql.strip():
         return RuleError(

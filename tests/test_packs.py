@@ -71,6 +71,23 @@ def test_validation_errors_name_file_and_line(tmp_path, mutate, line, message) -
     assert message in str(err)
 
 
+def test_every_metadata_problem_is_named_at_once(tmp_path) -> None:
+    """A pack author fixes all of a file's metadata in one edit, not one problem per run."""
+    f = tmp_path / "X1.sql"
+    text = GOOD.format(id="X1").replace('id = "X1"', 'id = "X2"')
+    text = text.replace('severity = "warning"', 'severity = "huge"').replace('title = "t"\n', "")
+    f.write_text(text)
+    err = str(parse_rule(f))
+    assert err.startswith(f"{f}:2: "), err
+    for part in (
+        "must equal the file name",
+        "lacks required key 'title'",
+        "line 5: unknown severity",
+    ):
+        assert part in err, err
+    assert err.count("; ") == 2, err  # three problems, each once
+
+
 def test_broken_rule_fails_alone(tmp_path) -> None:
     pack = _pack(
         tmp_path / "pack",
