@@ -68,8 +68,8 @@ def _listing(p: Path) -> dict[str, int]:
             n.startswith(base) and n[len(base) : len(base) + 1] in ROTATION_SEPARATORS
         ):
             with contextlib.suppress(OSError):  # gone since the folder was read
-                if e.is_file():
-                    out[n] = e.inode()
+                if e.is_file():  # the file's inode, as fstat of the opened file gives it
+                    out[n] = e.stat().st_ino
     return out
 
 
@@ -98,8 +98,9 @@ def _compressed(g: Gen) -> bool:
 
 def snapshot(path: str, stack: contextlib.ExitStack) -> Snap:
     """Open the log at ``path`` and its rotated generations as one set; the files are
-    closed when ``stack`` closes."""
-    p = Path(path)
+    closed when ``stack`` closes. A symlinked log (Kubernetes' /var/log/containers) is
+    read where it points: that is where its rotated generations are."""
+    p = Path(os.path.realpath(path))
     for attempt in range(TRIES):
         before = _listing(p)
         gens, error = _open_all(p, path, before)

@@ -176,3 +176,26 @@ def test_compressed_content_is_never_read_as_lines(tmp_path, payload: bytes) -> 
     res = tail(str(log), first.cursor, NOW, "h")
     assert [r["text"] for r in res.rows] == [LINE.format(n=2).rstrip("\n")]
     assert res.lines == 1 and "(compressed, not read: server.log.1)" in res.notes[0]
+
+
+def test_a_symlinked_log_is_read_where_it_points_across_a_rotation(tmp_path) -> None:
+    """Kubernetes' /var/log/containers/*.log are symlinks into the pod's folder, where
+    the rotated generations lie: no false "rotated again" and no line lost."""
+    pods, links = tmp_path / "pods", tmp_path / "containers"
+    pods.mkdir()
+    links.mkdir()
+    real = pods / "0.log"
+    link = links / "server.log"
+    link.symlink_to(real)
+    real.write_text("".join(LINE.format(n=k) for k in range(5)))
+    first = tail(str(link), None, NOW, "h")
+    assert first.error is None and not first.notes and len(first.rows) == 5
+    with real.open("a") as f:
+        f.write("".join(LINE.format(n=k) for k in range(5, 8)))
+    real.rename(pods / "0.log.20260101-000000")  # the runtime rotates the target
+    real.write_text(LINE.format(n=8))
+    res = tail(str(link), first.cursor, NOW, "h")
+    assert res.error is None and not res.notes, (res.error, res.notes)
+    got = [r["text"] for r in res.rows]
+    assert got == [LINE.format(n=k).rstrip("\n") for k in range(5, 9)]
+    assert {r["file"] for r in first.rows + res.rows} == {str(link)}  # named as given
