@@ -111,7 +111,8 @@ def run(
             state_dir=state,
             interval=interval,
             duration=0 if once else duration,
-            logs=list(logs),
+            # one spelling per log: its cursor and its rows' ``file`` are keyed by the path
+            logs=[absolute(p) for p in logs],
             metrics_urls=list(metrics_urls),
             proc_root=Path(proc_root),
             no_gpu=no_gpu,

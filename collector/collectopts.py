@@ -135,7 +135,8 @@ COLLECT_OPTIONS = [
         "--log",
         "logs",
         multiple=True,
-        type=click.Path(dir_okay=False),
+        # readable=False: an unreadable log fails alone at run time, the other sources still run
+        type=click.Path(dir_okay=False, readable=False),
         help="Server log to tail from a saved cursor (repeatable; survives rotation).",
     ),
     click.option(
@@ -161,7 +162,7 @@ COLLECT_OPTIONS = [
     click.option("--no-gpu", is_flag=True, help="Skip NVML on purpose (no GPU on this host)."),
     click.option(
         "--probe-spool",
-        type=click.Path(file_okay=False),
+        type=click.Path(file_okay=False, readable=False),
         help="The allocator probe's spool folder (see `leakcollect probe env`): move its records in.",
     ),
     click.option(
@@ -204,6 +205,11 @@ def collect_options(f: Any) -> Any:
     return f
 
 
+# written out even when left at its default: the default hangs on $XDG_STATE_HOME and
+# $HOME, which cron and systemd set otherwise than the shell that printed the line
+PINNED = ("state_dir",)
+
+
 def run_args(ctx: click.Context) -> list[str]:
     """The options given to this command, as arguments for `leakcollect run`."""
     out: list[str] = []
@@ -211,7 +217,7 @@ def run_args(ctx: click.Context) -> list[str]:
         if not isinstance(p, click.Option) or p.name in (None, "help", "quiet", "verbose"):
             continue
         source = ctx.get_parameter_source(p.name)
-        if source not in (
+        if p.name not in PINNED and source not in (
             click.core.ParameterSource.COMMANDLINE,
             click.core.ParameterSource.ENVIRONMENT,
         ):

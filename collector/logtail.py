@@ -55,7 +55,7 @@ from collector.logrotation import FP_BYTES, Gen, Snap, snapshot
 from collector.logrotation import head as _head
 
 MAX_LINE = logsig.MAX_LINE_BYTES
-CHUNK = 1 << 20
+CHUNK = 256 << 10  # a deadline is checked between chunks: each is a few ms of parsing
 WATCHED = 16  # rotated files read again each run for late lines (see _finish_watched)
 
 Cursor = dict[str, Any]

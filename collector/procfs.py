@@ -51,10 +51,8 @@ class ProcFS:
         return (self.root / str(pid) / name).read_text(encoding="utf-8", errors="replace")
 
     def pids(self) -> list[int]:
-        try:
-            return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
-        except OSError:
-            return []
+        """Raises OSError when the procfs root itself cannot be listed (a wrong --proc-root)."""
+        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
 
     def cmdline(self, pid: int) -> list[str]:
         raw = (self.root / str(pid) / "cmdline").read_bytes()
@@ -123,7 +121,16 @@ class ProcFS:
             argv = self.cmdline(pid)
             status = self.status(pid)
             start = self.start_time(pid)
+        except (OSError, ValueError, IndexError):
+            return None
+        maps: dict[str, Any] | None = None
+        maps_error = None
+        try:  # another user's process: cmdline and status are readable, maps are not
             maps = summarize_maps(self._read(pid, "maps").splitlines())
+        except PermissionError as e:
+            maps_error = (
+                f"pid {pid}: maps not readable ({e.strerror}): run as the server's user or root"
+            )
         except (OSError, ValueError, IndexError):
             return None
         info = parse_cmdline(argv) if argv else None
@@ -146,7 +153,10 @@ class ProcFS:
         }
         return {
             "process": proc,
-            "maps": {"ts": now, "host": host, "pid": pid, "process_start": start, **maps},
+            "maps": None
+            if maps is None
+            else {"ts": now, "host": host, "pid": pid, "process_start": start, **maps},
+            "maps_error": maps_error,
             "status": status,
             "start": start,
         }

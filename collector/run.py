@@ -57,6 +57,17 @@ TABLES = (
     "http_probes",
     "allocator_samples",
 )
+# the source a table's rows come from: a table the bucket refuses fails that source
+TABLE_SOURCE = {
+    "gpu_samples": "nvml",
+    "gpu_processes": "nvml",
+    "proc_maps": "procfs",
+    "processes": "procfs",
+    "metric_samples": "metrics",
+    "log_lines": "logs",
+    "http_probes": "http_probe",
+    "allocator_samples": "allocator",
+}
 TERM_GRACE_S = 1.5  # after SIGTERM, the process is gone by then whatever it is doing
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CURSORS = "log-cursors.json"
@@ -263,9 +274,14 @@ def _write(
     except OSError as e:
         ledger.fail("logs", f"cannot save {LABELS} in {cfg.state_dir}: {e.strerror or e}")
     writer = BucketWriter(cfg.bucket, cfg.host)
-    try:
-        for name, rows in got.tables.items():
+    refused: list[str] = []  # tables the bucket refused; the others are still written
+    for name, rows in got.tables.items():
+        try:
             result.files += len(writer.write(name, rows))
+        except OSError as e:
+            refused.append(name)
+            ledger.fail(TABLE_SOURCE[name], f"{name} not written to {cfg.bucket}: {e}")
+    try:
         snaps = []
         for snap in drained.snapshots:
             where = writer.put_file("snapshots", now.date(), snap)
@@ -276,13 +292,15 @@ def _write(
             result.files += 1
         result.files += len(writer.write("allocator_snapshots", snaps))
     except OSError as e:
-        _unwritable(cfg, result, say, e)
-        return
+        refused.append("allocator_snapshots")
+        ledger.fail("allocator", f"snapshots not written to {cfg.bucket}: {e}")
     try:
-        if cfg.logs:
+        if cfg.logs and "log_lines" not in refused:  # else the next run reads them again
             logtail.save_cursors(cfg.state_dir / CURSORS, got.cursors)
     except OSError as e:  # the lines are in the bucket: the next run reads them again, deduped
         ledger.fail("logs", f"cannot save the log cursor in {cfg.state_dir}: {e.strerror or e}")
+    if {"allocator_samples", "allocator_snapshots"} & set(refused):
+        drained.files, drained.snapshots = [], []  # kept in the spool for the next run
     for f in drained.files + drained.snapshots:  # only now that the bucket has them
         try:
             f.unlink()
@@ -308,6 +326,8 @@ def _write(
         result.files += len(writer.write("collector_runs", runs))
     except OSError as e:  # a run with no data rows meets an unusable bucket here first
         _unwritable(cfg, result, say, e)
+        if result.files:  # the data is in: only the run's record is not
+            result.code = exitcodes.PARTIAL
         return
     result.failures = [(k, "; ".join(ledger.errors[k])) for k in SOURCES if ledger.errors[k]]
     say(

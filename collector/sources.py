@@ -22,6 +22,7 @@ from collector import httpprobe, logtail, scrape, spool
 from collector.nvml import Nvml, NvmlUnavailable
 from collector.procfs import ProcFS
 
+WIND_DOWN, WIND_DOWN_MAX_S = 0.25, 2.0  # the margin a winding-down source is given
 SOURCES = ("nvml", "procfs", "logs", "metrics", "allocator", "http_probe")
 
 
@@ -44,6 +45,9 @@ class Source:
     """One thing a run reads. ``kind`` names it in ``collector_runs``; ``label`` in errors."""
 
     kind = ""
+    # collect() checks its deadline between steps and hands back what it has: it is told
+    # a deadline earlier than the guard's, so what it read arrives before the guard gives up
+    winds_down = False
 
     def __init__(self, label: str, now: dt.datetime, host: str) -> None:
         self.label, self.now, self.host = label, now, host
@@ -66,8 +70,9 @@ def guarded(
 
         def work(src: Source = src, dl: float = dl, box: dict[str, Any] = box) -> None:
             s0 = time.monotonic()
+            soft = dl - min(WIND_DOWN * (dl - s0), WIND_DOWN_MAX_S) if src.winds_down else dl
             try:
-                out = src.collect(dl)
+                out = src.collect(soft)
             except Exception as e:  # a source fails alone, whatever it raises
                 out = Outcome(errors=[f"{src.label}: {type(e).__name__}: {e}"])
             box["secs"] = time.monotonic() - s0
@@ -184,6 +189,7 @@ class ProcfsSource(Source):
     """``/proc`` of the GPU processes and the inference servers. ``extra``: host-side figures per pid."""
 
     kind = "procfs"
+    winds_down = True
 
     def __init__(
         self, procfs: ProcFS, now: dt.datetime, host: str, gpu_pids: set[int], described: set[int]
@@ -194,14 +200,22 @@ class ProcfsSource(Source):
     def collect(self, deadline: float) -> Outcome:
         out = Outcome(extra={})
         out.rows = {"proc_maps": [], "processes": []}
-        for pid in sorted(self.gpu_pids | set(self.procfs.servers())):
+        try:
+            servers = self.procfs.servers()
+        except OSError as e:
+            out.errors.append(f"procfs: cannot list {self.procfs.root}: {e.strerror or e}")
+            return out
+        for pid in sorted(self.gpu_pids | set(servers)):
             if time.monotonic() > deadline:
                 out.errors.append(f"procfs: stopped at the deadline before pid {pid}")
                 break
             d = self.procfs.describe(pid, self.now, self.host)
             if d is None:
                 continue  # vanished, or not visible from here: normal
-            out.rows["proc_maps"].append(d["maps"])
+            if d["maps"] is not None:
+                out.rows["proc_maps"].append(d["maps"])
+            else:
+                out.errors.append(f"procfs: {d['maps_error']}")
             if pid not in self.described:
                 out.rows["processes"].append(d["process"])
                 self.described.add(pid)
@@ -253,6 +267,7 @@ class LogSource(Source):
     written, the generation labels to save before they are; see ``logtail.tail``)."""
 
     kind = "logs"
+    winds_down = True
 
     def __init__(
         self,
@@ -281,6 +296,7 @@ class SpoolSource(Source):
     """The allocator probe's spool. ``extra``: the :class:`spool.Drained` (files to delete later)."""
 
     kind = "allocator"
+    winds_down = True
 
     def __init__(self, folder: str, now: dt.datetime, host: str) -> None:
         super().__init__(folder, now, host)

@@ -62,7 +62,8 @@ def test_maps_summary_of_real_cuda_processes() -> None:
     assert criu["other_count"] == 4
 
 
-def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
+def _server_tree(tmp_path: Path) -> Path:
+    """A procfs root holding one SGLang server, pid 4242."""
     root = tmp_path / "proc"
     (root / "4242").mkdir(parents=True)
     (root / "stat").write_text("cpu 1 2 3\nbtime 1767225600\n")
@@ -86,7 +87,11 @@ def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
     for dist in ("sglang-0.4.9.post6.dist-info", "torch-2.7.1.dist-info", "numpy-2.0.0.dist-info"):
         (sp / dist).mkdir(parents=True)
     (root / "4242" / "exe").symlink_to("/usr/bin/python3")
-    fs = ProcFS(root)
+    return root
+
+
+def test_fake_procfs_tree_of_a_server(tmp_path) -> None:
+    fs = ProcFS(_server_tree(tmp_path))
     assert fs.servers() == [4242]
     d = fs.describe(4242, NOW, "h")
     assert d is not None
@@ -130,3 +135,32 @@ def test_proc_maps_written_before_process_start_read_as_null_times(tmp_path) -> 
     con, _ = open_bucket(tmp_path)
     got = con.execute("SELECT count(*), count(process_start) FROM proc_maps")
     assert got.fetchone() == (2, 1)
+
+
+def test_another_users_server_keeps_its_row_and_says_maps_were_not_read(tmp_path) -> None:
+    """A collector not run as root reads another user's cmdline and status, but opening
+    its maps gives EACCES: the process is still described, and the run says why its
+    maps are missing (it is not a vanished pid)."""
+    from collector.sources import ProcfsSource
+
+    class NoMaps(ProcFS):
+        def _read(self, pid: int, name: str) -> str:
+            if name == "maps":
+                raise PermissionError(13, "Permission denied")
+            return super()._read(pid, name)
+
+    src = ProcfsSource(NoMaps(_server_tree(tmp_path)), NOW, "h", set(), set())
+    out = src.collect(float("inf"))
+    assert [r["pid"] for r in out.rows["processes"]] == [4242] and out.rows["proc_maps"] == []
+    assert out.extra[4242]["vm_rss_bytes"] == 3200000 * 1024
+    assert out.errors == [
+        "procfs: pid 4242: maps not readable (Permission denied): run as the server's user or root"
+    ]
+
+
+def test_a_proc_root_that_is_not_there_fails_the_source(tmp_path) -> None:
+    from collector.sources import ProcfsSource
+
+    src = ProcfsSource(ProcFS(tmp_path / "nope"), NOW, "h", set(), set())
+    out = src.collect(float("inf"))
+    assert out.errors and f"cannot list {tmp_path / 'nope'}" in out.errors[0]

@@ -215,6 +215,77 @@ def test_a_bucket_that_cannot_be_written_is_one_line_and_exit_2(tmp_path) -> Non
     assert written == 1 and ": 1 files," in r.stderr, r.stderr
 
 
+def test_a_table_the_bucket_refuses_fails_alone_and_its_lines_wait(tmp_path) -> None:
+    """One table folder that cannot be made: the other tables and the run's record are
+    written, the run exits 1 naming it, and the log cursor stays put, so the next run
+    writes those lines, each once."""
+    log = tmp_path / "s.log"
+    log.write_text("".join(BATCH.format(s=k, n=k) for k in range(5)))
+    bucket = tmp_path / "b"
+    bucket.mkdir()
+    (bucket / "log_lines").write_text("")  # a file where the table's folder goes
+    args = ["run", "--once", "--no-gpu", "--host", "h1", "--bucket", str(bucket)]
+    args += ["--state-dir", str(tmp_path / "st"), "--log", str(log)]
+    r = leakcollect(*args)
+    assert r.returncode == exitcodes.PARTIAL, r.stderr
+    assert "logs failed: log_lines not written" in r.stderr, r.stderr
+
+    def rows(table: str) -> list[dict]:
+        return [
+            r for f in (bucket / table).rglob("*.parquet") for r in pq.read_table(f).to_pylist()
+        ]
+
+    runs = rows("collector_runs")
+    (logs,) = [x for x in runs if x["source"] == "logs"]
+    assert logs["status"] == "failed" and "log_lines not written" in logs["error"]
+    (bucket / "log_lines").unlink()
+    r = leakcollect(*args)
+    assert r.returncode == exitcodes.OK, r.stderr
+    lines = [r["text"] for r in rows("log_lines")]
+    assert sorted(lines) == sorted(BATCH.format(s=k, n=k).rstrip("\n") for k in range(5))
+
+
+def test_a_log_named_relative_then_absolute_is_one_log(tmp_path) -> None:
+    """Tried by hand as ``--log server.log``, then from cron with the absolute path
+    (cron-line writes it so): one cursor, each line once, one ``file``."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "server.log").write_text(BATCH.format(s=1, n=1))
+    args = ["run", "--once", "--no-gpu", "--host", "h1", "--bucket", str(tmp_path / "b")]
+    args += ["--state-dir", str(tmp_path / "st")]
+    cmd = [sys.executable, "-m", "collector.cli", *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([*cmd, "--log", "server.log"], cwd=logs, env=env, capture_output=True)
+    assert r.returncode == exitcodes.OK, r.stderr
+    with (logs / "server.log").open("a") as f:
+        f.write(BATCH.format(s=2, n=2))
+    r = leakcollect(*args, "--log", str(logs / "server.log"))
+    assert r.returncode == exitcodes.OK, r.stderr
+    files = list((tmp_path / "b").rglob("log_lines/**/*.parquet"))
+    rows = [x for f in files for x in pq.read_table(f, columns=["file", "text"]).to_pylist()]
+    assert sorted(x["text"] for x in rows) == [BATCH.format(s=s, n=s).rstrip("\n") for s in (1, 2)]
+    assert {x["file"] for x in rows} == {str(logs / "server.log")}
+
+
+def test_a_log_the_permission_check_refuses_does_not_stop_the_run(tmp_path, monkeypatch) -> None:
+    """A log logrotate recreated ``0640 root adm`` is a failed source at run time (exit 1,
+    the other sources written), not a usage error that writes nothing. As root every
+    file passes the permission check, so the check itself says no here."""
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+
+    log = tmp_path / "s.log"
+    log.write_text(BATCH.format(s=1, n=1))
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: p != str(log) and real_access(p, m))
+    args = ["run", "--once", "--no-gpu", "--host", "h1", "--bucket", str(tmp_path / "b")]
+    args += ["--state-dir", str(tmp_path / "st"), "--log", str(log)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code in (exitcodes.OK, exitcodes.PARTIAL), r.output
+    assert list((tmp_path / "b").rglob("collector_runs/**/*.parquet")), r.output
+
+
 def test_second_run_exits_at_once_while_the_lock_is_held(tmp_path) -> None:
     from collector.runlock import acquire_lock
 
@@ -535,6 +606,53 @@ def test_guarded_abandons_a_stuck_source_and_cancels_it() -> None:
     ((out, secs),) = guarded([src], [t0 + 0.3], stop)
     assert out.abandoned and not out.rows and "abandoned after" in out.errors[0]
     assert 0.25 < secs < 1.0 and src.release.is_set()  # cancel() was called to unblock it
+
+
+def test_a_source_that_stops_at_its_deadline_is_kept_not_abandoned() -> None:
+    """A log or spool read checks its deadline between chunks and hands back what it
+    read: it must be told a deadline early enough that one more chunk still lands
+    before the guard gives up, or the rows and the cursor are thrown away every run."""
+    import datetime as dt
+
+    from collector.sources import Outcome, Source, guarded
+
+    class Chunked(Source):
+        kind = "logs"
+        winds_down = True
+
+        def collect(self, deadline: float) -> Outcome:
+            n = 0
+            while time.monotonic() < deadline:
+                time.sleep(0.05)  # one chunk: finished even when the deadline passes meanwhile
+                n += 1
+            return Outcome(rows={"log_lines": [{"chunk": k} for k in range(n)]})
+
+    src = Chunked("x.log", dt.datetime.now(dt.UTC), "h")
+    ((out, _),) = guarded([src], [time.monotonic() + 0.4], threading.Event())
+    assert not out.abandoned and not out.errors and out.count >= 3, out.errors
+
+
+def test_a_log_backlog_longer_than_the_deadline_arrives_over_runs_each_line_once(
+    tmp_path,
+) -> None:
+    """Each run reads what its deadline allows and moves the cursor; nothing read twice."""
+    import pyarrow as pa
+
+    log = tmp_path / "s.log"
+    n = 250_000
+    log.write_text("".join(BATCH.format(s=k % 60, n=k) for k in range(n)))
+    cfg = _cfg(tmp_path)
+    cfg.logs, cfg.log_timeout = [str(log)], 0.5
+    for _ in range(60):
+        before = len(list((tmp_path / "b").rglob("log_lines/**/*.parquet")))
+        said: list[str] = []
+        code = collect(cfg, say=said.append)
+        assert code == exitcodes.OK, said
+        if len(list((tmp_path / "b").rglob("log_lines/**/*.parquet"))) == before:
+            break  # this run found nothing new: the backlog is in
+    files = list((tmp_path / "b").rglob("log_lines/**/*.parquet"))
+    ids = pa.concat_tables([pq.read_table(f, columns=["offset"]) for f in files]).column(0)
+    assert len(ids) == n and len(set(ids.to_pylist())) == n
 
 
 def test_a_stuck_proc_read_is_abandoned_while_the_gpus_are_sampled(tmp_path) -> None:

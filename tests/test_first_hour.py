@@ -401,6 +401,24 @@ def test_cron_line_and_units_take_the_run_options(tmp_path) -> None:
     assert "--metrics-url http://h/m" in units.stdout and "systemctl" in units.stderr
 
 
+def test_the_cron_line_names_the_state_folder_its_own_log_goes_to(tmp_path) -> None:
+    """Left at its default, the state folder comes from $XDG_STATE_HOME in this shell;
+    cron's environment has none, so the line must say it, or the run keeps its cursors
+    elsewhere and never rotates the log the line appends to."""
+    import shlex
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    r = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "cron-line", "--bucket", "/b", "--no-gpu"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    cmd = r.stdout.strip()[len("* * * * * ") :]
+    argv = shlex.split(cmd.split(" >>")[0])
+    state = argv[argv.index("--state-dir") + 1]
+    assert state == str(tmp_path / "xdg" / "leakcollect")
+    assert shlex.split(cmd.split(" >>")[1].split(" 2>&1")[0]) == [f"{state}/leakcollect.log"]
+
+
 def test_paths_in_a_cron_line_and_a_config_file_hold_from_anywhere(tmp_path) -> None:
     """cron and systemd start elsewhere than the shell that printed the line: every path
     option in it is absolute, and a relative path in a config file is read from the
