@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from analyzer.findings import FindingsDocument
+from analyzer.findings import FindingsDocument, host_reason
 from analyzer.packs import Pack, Rule
 from collector.schema import TABLES
 
@@ -122,7 +122,7 @@ def _runs_only(con: duckdb.DuckDBPyConnection, doc: FindingsDocument, seen: set[
             continue
         said = "; ".join(failed) if failed else "no source failed, and none wrote a row"
         doc.run.incomplete.append(
-            f"host {host}: {runs} collector runs in scope wrote no samples ({said})"
+            host_reason(host, f"{runs} collector runs in scope wrote no samples ({said})")
         )
 
 
@@ -160,10 +160,14 @@ def _idle_blind(
     by_host = {c["host"]: c for c in doc.coverage}
     for host, gpus in blind:
         doc.run.incomplete.append(
-            f"host {host}: idle windows cannot be told on GPU {', '.join(map(str, gpus))} "
-            f"(no GPU utilisation in its samples, no request activity): "
-            f"{', '.join(r.id for r in idle_rules)} read no idle window there, so leak or cache is not judged; add "
-            "utilization.gpu to the nvidia-smi query, or import the server log"
+            host_reason(
+                host,
+                f"idle windows cannot be told on GPU {', '.join(map(str, gpus))} "
+                f"(no GPU utilisation in its samples, no request activity): "
+                f"{', '.join(r.id for r in idle_rules)} read no idle window there, so leak or "
+                "cache is not judged; add utilization.gpu to the nvidia-smi query, or import "
+                "the server log",
+            )
         )
         entry = by_host.get(host)
         if entry is None:

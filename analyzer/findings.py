@@ -201,6 +201,11 @@ def _nested(x: Any) -> bool:
     return hasattr(x, "__dataclass_fields__") or isinstance(x, (list, dict))
 
 
+def host_reason(host: str, what: str) -> str:
+    """A reason the run is incomplete that is about one host: 'host H: what'."""
+    return f"host {host}: {what}"
+
+
 @dataclass
 class FindingsDocument:
     run: RunInfo
@@ -227,6 +232,11 @@ class FindingsDocument:
         """Whether any trace file was in scope (a host with logs only counts; the
         collector's own run records do not: they say what it tried, not what it saw)."""
         return bool(self.hosts) or any(n for t, n in self.run.tables.items() if t != RUNS_TABLE)
+
+    def host_reasons(self, host: str) -> list[str]:
+        """The reasons in ``run.incomplete`` about one host (written by :func:`host_reason`)."""
+        head = host_reason(host, "")
+        return [r for r in self.run.incomplete if r.startswith(head)]
 
     def incomplete_reasons(self) -> list[str]:
         """Why this analysis did not check everything in scope (empty: it did)."""

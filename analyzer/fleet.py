@@ -48,6 +48,7 @@ class GpuRank:
     severity: str = "info"
     oom_at: str | None = None
     oom_estimated: bool = False  # from the rules' figures, beyond OF001's forecast window
+    host_ram_mib_per_h: float | None = None  # a host RAM leak's rate: no GPU's leak rate
 
 
 @dataclass
@@ -90,6 +91,7 @@ class FleetView:
     previous_week: str | None = None
     previous_hosts: int = 0
     data_end: str | None = None
+    incomplete: list[str] = field(default_factory=list)  # what the week's analysis could not check
 
     @property
     def soonest(self) -> list[GpuRank]:
@@ -126,7 +128,9 @@ def cohort_of(h: HostInfo) -> tuple[str, str, str, str, str]:
 
 
 def _leak_keys(doc: FindingsDocument) -> set[tuple[str, int | None, str]]:
-    return {(f.host, f.gpu, f.category) for f in doc.findings if f.category in LEAK_CATEGORIES}
+    """What the page counts as leaking: the categories a GPU verdict rates (``RATED``),
+    so the header, the cohorts, the ranking and the week's changes agree."""
+    return {(f.host, f.gpu, f.category) for f in doc.findings if f.category in RATED}
 
 
 def compare(prev: FindingsDocument | None, cur: FindingsDocument) -> list[Change]:
@@ -146,7 +150,7 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
     start, end = week_range(week)
     cohorts = {h.host: cohort_of(h) for h in cur.hosts}
     verdicts = gpu_verdicts(cur)
-    host_leaks = {f.host for f in cur.findings if f.category in LEAK_CATEGORIES}
+    host_leaks = {v.host for v in verdicts if v.is_leak}
     rate = {  # GPU memory leak rates (a host RAM rate is no GPU's)
         (v.host, v.gpu): v.rate_mib_per_h
         for v in verdicts
@@ -157,13 +161,14 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
             v.host,
             v.gpu,
             " / ".join(cohorts.get(v.host, ("?",) * 5)),
-            v.rate_mib_per_h,
+            v.rate_mib_per_h if v.rate_rule != "HR001" else None,
             v.hours_to_oom,
             v.categories,
             verdict=v.verdict,
             severity=v.severity,
             oom_at=v.oom_at,
             oom_estimated=v.oom_rule not in (None, "OF001"),
+            host_ram_mib_per_h=v.rate_mib_per_h if v.rate_rule == "HR001" else None,
         )
         for v in verdicts
         if v.is_leak
@@ -221,6 +226,7 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
         changes=compare(prev, cur),
         previous_week=previous_week(week) if prev is not None else None,
         previous_hosts=len(prev.hosts) if prev is not None else 0,
+        incomplete=cur.incomplete_reasons() if cur.hosts else [],
     )
 
 

@@ -91,5 +91,6 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> s
             hours=_hours,
             clock=_clock,
             rate=_rate,
+            top=top,
         )
     )

@@ -8,6 +8,7 @@ analyzer.fleet.gpu_verdicts, the same numbers the fleet page shows.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -28,6 +29,16 @@ class KV:
 
 
 @dataclass
+class Ref:
+    text: str
+    href: str  # empty: shown as text (only http(s) become links; a pack is not trusted)
+
+
+def _ref(r: str) -> Ref:
+    return Ref(r, r if re.match(r"https?://", r, re.I) else "")
+
+
+@dataclass
 class FindingView:
     anchor: str
     severity: str
@@ -41,7 +52,7 @@ class FindingView:
     evidence: list[KV]
     remediation: list[str]  # paragraphs
     options: list[str]  # A/B/C remedies with their costs, where the rule lists them
-    references: list[str]
+    references: list[Ref]
 
 
 @dataclass
@@ -109,6 +120,7 @@ class ReportModel:
     sections: list[Section]
     rules: list[RuleStatus]
     gaps: list[str]
+    incomplete: list[str]  # what this analysis could not check, and why (never reads as healthy)
 
     @property
     def size(self) -> str:
@@ -138,7 +150,7 @@ def _finding_view(i: int, f: Finding) -> FindingView:
         evidence=[KV(_label(k), format_value(k, v)) for k, v in f.evidence.items()],
         remediation=[p.strip() for p in f.remediation.split("\n\n") if p.strip()],
         options=options(f.remediation),
-        references=list(f.references),
+        references=[_ref(str(r)) for r in f.references],
     )
 
 
@@ -156,7 +168,7 @@ def _oom(v: GpuVerdict) -> tuple[str, str]:
     hours = f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
     if v.oom_rule != "OF001":
         hours = f"≈ {hours}"
-    return hours, (v.oom_at or "")[5:].replace("T", " ").replace("Z", "")
+    return hours, (v.oom_at or "").replace("T", " ").replace("Z", "")
 
 
 def _remedy(v: GpuVerdict, doc: FindingsDocument) -> str:
@@ -189,12 +201,16 @@ def _units(doc: FindingsDocument) -> list[tuple[str, list[GpuSeries]]]:
 
 
 def _anchor(host: str, gpus: list[int | None]) -> str:
+    """A readable id, made unique by a hash of the host name (``a.b`` and ``a_b``, or
+    host ``n`` GPUs 1-2 and host ``n-1`` GPU 2, read alike once made safe)."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", host)
-    return "gpu-" + safe + "-" + "-".join("x" if g is None else str(g) for g in gpus)
+    tag = hashlib.sha1(host.encode()).hexdigest()[:6]
+    return f"gpu-{safe}-{tag}-" + "-".join("x" if g is None else str(g) for g in gpus)
 
 
 def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel:
     verdicts = gpu_verdicts(doc)
+    incomplete = doc.incomplete_reasons()
     by_gpu = {(v.host, v.gpu): v for v in verdicts}
     kv = {k.host: k for k in doc.kv}
     units: list[tuple[str, list[int | None], list[GpuSeries]]] = [
@@ -280,8 +296,10 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         data_range=data_span(doc, "→", "— (no GPU memory samples)"),
         hosts=len(doc.hosts),
         gpus=len(doc.series),
-        verdict=_verdict_line(doc, verdicts),
-        verdict_ok=not any(v.is_leak for v in verdicts),
+        verdict=_verdict_line(doc, verdicts, incomplete),
+        verdict_ok=bool(doc.series or doc.findings)
+        and not incomplete
+        and not any(v.is_leak or v.severity == "critical" for v in verdicts),
         severity_counts=[
             CountRow(s, s, sum(1 for f in doc.findings if f.severity == s))
             for s in reversed(SEVERITIES)
@@ -291,25 +309,39 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
         sections=sections,
         rules=list(doc.run.rules),
         gaps=_gaps(doc),
+        incomplete=incomplete,
     )
 
 
-def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> str:
+def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict], incomplete: list[str]) -> str:
     if not doc.series and not doc.findings:
         return "No data in scope: nothing could be checked."
+    gpus = plural(len(doc.series), "GPU")
+    partial = (
+        f" The analysis is incomplete: {plural(len(incomplete), 'thing')} could not be "
+        "checked (listed below)."
+        if incomplete
+        else ""
+    )
     leaks = [v for v in verdicts if v.is_leak]
     if not leaks:
         cache = sum(1 for v in verdicts if "cache.growth" in v.categories)
-        return f"No leak found on {len(doc.series)} GPUs" + (
-            f" ({cache} only cache)." if cache else "."
+        urgent = [v for v in verdicts if v.severity == "critical"]
+        line = (
+            "No leak found in what could be checked" if incomplete else f"No leak found on {gpus}"
         )
+        line += f" ({cache} only cache)." if cache else "."
+        if urgent:
+            line += f" Action needed now on {plural(len(urgent), 'GPU')}: see the table."
+        return line + partial
     hosts = len({v.host for v in leaks})
-    line = f"{len(leaks)} GPUs on {hosts} hosts leak or need action."
+    verb = "leaks or needs" if len(leaks) == 1 else "leak or need"
+    line = f"{plural(len(leaks), 'GPU')} on {plural(hosts, 'host')} {verb} action."
     soon = next((v for v in leaks if v.hours_to_oom is not None), None)
     if soon is not None:
         hrs, at = _oom(soon)
         line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at} UTC)."
-    return line
+    return line + partial
 
 
 def _host_views(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> list[HostView]:
@@ -327,7 +359,15 @@ def _host_views(doc: FindingsDocument, verdicts: list[GpuVerdict]) -> list[HostV
                 model=h.model or "unknown model",
                 gpus=f"{h.gpus} × {h.gpu_name}" if h.gpu_name else plural(h.gpus, "GPU"),
                 flags=", ".join(f"{k}={v}" for k, v in h.flags.items()),
-                verdict="; ".join(dict.fromkeys(v.verdict for v in vs)) or "no leak found",
+                verdict="; ".join(
+                    [*dict.fromkeys(v.verdict for v in vs)]
+                    + (
+                        ["not fully checked (see “Not checked”)"]
+                        if doc.host_reasons(h.host)
+                        else []
+                    )
+                )
+                or "no leak found",
                 worst=worst,
                 per_gpu=[
                     ("—" if v.gpu is None else str(v.gpu), _rate(v)[0], _oom(v)[0]) for v in vs

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from analyzer.fleet import build, cohort_of, compare, previous_week, week_range
+from analyzer.fleet import RATED, build, cohort_of, compare, previous_week, week_range
 
 
 def test_iso_weeks() -> None:
@@ -25,9 +25,7 @@ def test_cohorts_show_the_flag_effect(sim_doc) -> None:
     off = by[("0.4.9.post6", "fast image processor off", "Qwen/Qwen2.5-VL-7B-Instruct")]
     assert (on.share_affected, off.share_affected) == (1.0, 0.0)
     assert on.median_rate and on.median_rate > 1000 and off.rates == []
-    assert view.affected_hosts == len(
-        {f.host for f in sim_doc.findings if f.category.startswith(("leak.", "known_bug."))}
-    )
+    assert view.affected_hosts == len({f.host for f in sim_doc.findings if f.category in RATED})
 
 
 def test_week_over_week(sim_doc) -> None:

@@ -47,7 +47,7 @@ def test_structure(sim_doc) -> None:
     for g in sim_doc.series:
         per_host[g.host] = per_host.get(g.host, 0) + 1
     assert len(sections) == sum(1 if tp.get(h, 1) > 1 and n > 1 else n for h, n in per_host.items())
-    assert "gpu-rank-skew-00-0-1-2-3" in sections
+    assert any(re.fullmatch(r"gpu-rank-skew-00-[0-9a-f]{6}-0-1-2-3", x) for x in sections)
     assert html.count('<figure class="chart"') == len(sections)
     # every finding is shown once, inside its GPU's section
     assert html.count('<div class="finding"') == len(sim_doc.findings)
@@ -303,9 +303,14 @@ def test_one_rate_per_gpu_on_both_pages(sim_doc) -> None:
     assert view.ranking
     for r in view.ranking:
         row = rows[(r.host, "—" if r.gpu is None else str(r.gpu))]
-        shown = "—" if r.leak_mib_per_h is None else f"{r.leak_mib_per_h:,.0f} MiB/h"
+        rate = r.leak_mib_per_h if r.host_ram_mib_per_h is None else r.host_ram_mib_per_h
+        shown = "—" if rate is None else f"{rate:,.0f} MiB/h"
         assert row.rate == shown, (r.host, row.rate, shown)
-        assert f'<td class="num nowrap">{shown}</td>' in fleet_html
+        if r.host_ram_mib_per_h is None:
+            assert f'<td class="num nowrap">{shown}</td>' in fleet_html
+        else:  # the host report labels it host RAM beside the number; the fleet page too
+            assert row.rate_note == "host RAM"
+            assert f'—<div class="sub">host RAM {shown}</div>' in fleet_html
     cats = {c for r in view.ranking for c in r.categories}
     assert "leak.kv_pool" in cats  # the critical KV-pool leak is ranked (it has no gpu)
     kv = next(r for r in view.ranking if "leak.kv_pool" in r.categories)
@@ -470,10 +475,8 @@ def test_a_host_without_gpu_samples_gets_a_row_and_a_section() -> None:
                 "KV pages are not reclaimed.", {"leak_checks": 5}, "Restart the server.")
     ]  # fmt: skip
     html = render_report(doc, generated_at=FIXED)
-    assert (
-        'href="#gpu-logs-only-00-x"' in html
-        and '<section class="gpu" id="gpu-logs-only-00-x"' in html
-    )
+    (anchor,) = re.findall(r'<section class="gpu" id="(gpu-logs-only-00-[0-9a-f]{6}-x)"', html)
+    assert f'href="#{anchor}"' in html
     assert "KV-POOL LEAK" in html.upper() and "Restart the server." in html
     assert "<figure" not in html  # no chart without samples, and no empty one
 

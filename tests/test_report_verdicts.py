@@ -1,0 +1,113 @@
+"""What the two pages say at the top, on documents made to the point: an incomplete
+analysis never reads as healthy, a critical finding is not green, the fleet page counts
+one kind of "leaking" everywhere, links and anchors are safe and unique."""
+
+from __future__ import annotations
+
+import re
+
+from analyzer.findings import Finding, FindingsDocument, GpuSeries, HostInfo, RunInfo, host_reason
+from analyzer.fleet import build
+from reports.fleet import render_fleet
+from reports.render import render_report
+
+FIXED = "2026-12-01T00:00:00Z"
+
+
+def _doc(hosts: list[str], findings: list[Finding] | None = None) -> FindingsDocument:
+    run = RunInfo(
+        bucket="b", since=None, until=None, hosts=[], generated_at=FIXED, analyzer_version="0"
+    )
+    doc = FindingsDocument(run=run, hosts=[HostInfo(host=h) for h in hosts])
+    t = [1_764_000_000.0 + 60 * k for k in range(5)]
+    used = [40 << 30] * 5
+    doc.series = [GpuSeries(h, 0, "NVIDIA H100", 80 << 30, t, used, used) for h in hosts]
+    doc.findings = findings or []
+    return doc
+
+
+def _finding(rule: str, category: str, severity: str, host: str, **evidence: object) -> Finding:
+    return Finding(rule, category, severity, host, 0, None, None, None, f"{rule} on {host}",
+                   dict(evidence), "Restart the server.")  # fmt: skip
+
+
+def _verdict(html: str) -> tuple[str, str]:
+    m = re.search(r'<p class="verdict (\w+)" id="verdict">([^<]*)</p>', html)
+    assert m, "no verdict line"
+    return m.group(1), m.group(2)
+
+
+def test_an_incomplete_analysis_is_not_green_and_says_why_on_both_pages() -> None:
+    doc = _doc(["memonly"])
+    why = host_reason(
+        "memonly", "idle windows cannot be told on GPU 0: leak or cache is not judged"
+    )
+    doc.run.incomplete = [why]
+    html = render_report(doc, generated_at=FIXED)
+    cls, line = _verdict(html)
+    assert cls == "bad" and "incomplete" in line, line
+    assert why in html and html.index('id="not-checked"') < html.index('id="hosts"')
+    assert "not fully checked" in html  # the host's own row says it too
+    page = render_fleet(build("2026-W48", doc), generated_at=FIXED)
+    assert why in page and 'id="not-checked"' in page
+    assert "No GPU leaks this week in what could be checked" in page
+    doc.run.incomplete = []  # the same document, complete: green, and no block
+    cls, line = _verdict(render_report(doc, generated_at=FIXED))
+    assert cls == "good" and line == "No leak found on 1 GPU.", line
+
+
+def test_a_critical_finding_is_not_a_green_headline() -> None:
+    doc = _doc(
+        ["full"], [_finding("MT001", "memory.threshold", "critical", "full", restart_now=True)]
+    )
+    cls, line = _verdict(render_report(doc, generated_at=FIXED))
+    assert cls == "bad" and "Action needed now on 1 GPU" in line, line
+
+
+def test_no_data_is_not_green() -> None:
+    doc = _doc([])
+    cls, line = _verdict(render_report(doc, generated_at=FIXED))
+    assert cls == "bad" and line.startswith("No data in scope"), line
+
+
+def test_only_http_references_become_links() -> None:
+    f = _finding("GM001", "leak.gpu", "warning", "h")
+    f.references = ["javascript:alert(1)", "https://example.org/a", " JaVaScRiPt:alert(2)"]
+    html = render_report(_doc(["h"], [f]), generated_at=FIXED)
+    hrefs = re.findall(r'href="([^"#][^"]*)"', html)
+    assert hrefs == ["https://example.org/a"], hrefs
+    assert "javascript:alert(1)" in html  # still shown, as text
+
+
+def test_hosts_that_read_alike_get_their_own_sections() -> None:
+    """``a.b`` and ``a_b`` (and two non-ASCII names) made safe read alike; each summary
+    row must still lead to its own host's section."""
+    hosts = ["a.b", "a_b", "gpu-α", "gpu-β"]
+    doc = _doc(hosts, [_finding("GM001", "leak.gpu", "warning", h) for h in hosts])
+    html = render_report(doc, generated_at=FIXED)
+    ids = re.findall(r'<section class="gpu" id="([^"]+)"', html)
+    assert len(ids) == len(set(ids)) == 4
+    for host in hosts:
+        (href,) = re.findall(rf'<a href="#([^"]+)"><strong>{re.escape(host)}</strong>', html)
+        section = html[html.index(f'id="{href}"') :]
+        assert re.match(rf'id="{href}">\s*<h2>.*{re.escape(host)} · GPU 0', section), host
+
+
+def test_the_fleet_page_counts_one_kind_of_leaking() -> None:
+    """An OOM seen only in the log is ranked as a leaking GPU: the header, the cohort and
+    the week's changes count that host too."""
+    doc = _doc(["logonly", "fine"], [_finding("OE001", "oom.event", "critical", "logonly")])
+    view = build("2026-W48", doc)
+    assert [r.host for r in view.ranking] == ["logonly"]
+    assert view.affected_hosts == 1 and sum(c.affected_hosts for c in view.cohorts) == 1
+    assert [(c.host, c.status) for c in view.changes] == [("logonly", "new")]
+    assert "1 host leaking" in render_fleet(view, generated_at=FIXED)
+
+
+def test_a_host_ram_rate_is_not_ranked_as_a_gpu_leak_rate() -> None:
+    doc = _doc(
+        ["rss"], [_finding("HR001", "leak.host_rss", "warning", "rss", rate_mib_per_h=246.0)]
+    )
+    (row,) = build("2026-W48", doc).ranking
+    assert row.leak_mib_per_h is None and row.host_ram_mib_per_h == 246.0
+    assert "host RAM 246 MiB/h" in render_fleet(build("2026-W48", doc), generated_at=FIXED)
