@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-DEFAULT_PREFIXES = ("sglang:", "sglang_", "vllm:", "process_")
+ENGINE_PREFIXES = ("sglang:", "sglang_", "vllm:")
+DEFAULT_PREFIXES = (*ENGINE_PREFIXES, "process_")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ParseResult:
     samples: list[Sample]
     skipped_lines: int
     timed_out: bool = False  # the deadline came during the line-by-line retry
+    left_out: int = 0  # readable samples whose names no prefix kept
 
 
 def _parse_strict(text: str) -> list[Sample]:
@@ -107,6 +109,7 @@ def parse(
         else s
         for s in samples
     ]
+    seen = len(samples)
     if keep is not None:
         samples = [s for s in samples if s.name.startswith(keep)]
-    return ParseResult(samples, skipped, timed_out)
+    return ParseResult(samples, skipped, timed_out, seen - len(samples))

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,11 @@ class Fetch:
                     out.error = f"response too large (over {max_bytes} bytes): not parsed"
                     return out
             out.body = bytes(buf)
+            coding = (resp.getheader("Content-Encoding") or "identity").strip().lower()
+            if coding in ("gzip", "x-gzip", "deflate"):  # a proxy compressed it anyway
+                out.body, out.error = _decoded(out.body, coding, max_bytes)
+            elif coding != "identity":
+                out.error = f"response in {coding} encoding: not read"
         except TimeoutError as e:
             msg = str(e)
             out.error = msg if msg.startswith("timed out") else f"timed out ({msg or 'no answer'})"
@@ -117,6 +123,19 @@ class Fetch:
             alarm.cancel()
             conn.close()
         return out
+
+
+def _decoded(body: bytes, coding: str, max_bytes: int) -> tuple[bytes, str | None]:
+    """A gzip or deflate body, decoded up to ``max_bytes`` (a small bomb stays small)."""
+    wbits = 16 + zlib.MAX_WBITS if "gzip" in coding else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(body, max_bytes + 1)
+    except zlib.error as e:
+        return b"", f"{coding} body could not be decoded ({e})"
+    if len(out) > max_bytes:
+        return b"", f"response too large once decoded (over {max_bytes} bytes): not parsed"
+    return out, None
 
 
 @dataclass
@@ -164,4 +183,12 @@ def scrape(
         res.error = f"{url}: parsing stopped at the deadline ({parsed.skipped_lines} lines skipped)"
     elif not res.rows and parsed.skipped_lines:
         res.error = f"{url}: no readable samples ({parsed.skipped_lines} lines skipped)"
+    elif prefixes == metrics.DEFAULT_PREFIXES and not any(
+        r["name"].startswith(metrics.ENGINE_PREFIXES) for r in res.rows
+    ):  # a node exporter, a proxy's page, an engine started without its metrics
+        res.error = (
+            f"{url}: no SGLang or vLLM metrics on the page "
+            f"({len(res.rows) + parsed.left_out} other samples): is it the inference server's "
+            "/metrics (SGLang needs --enable-metrics)?"
+        )
     return res

@@ -25,6 +25,13 @@ BATCH = "[2025-11-11 04:28:{s:02d}] Decode batch, #running-req: {n}, #token: 1, 
 
 
 TRICKLE_HIT = threading.Event()
+NODE_PAGE = b"""# HELP node_load1 1m load average.
+# TYPE node_load1 gauge
+node_load1 0.42
+# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+"""
 
 
 def _trickle(handler: http.server.BaseHTTPRequestHandler, head: bytes, data: bytes) -> None:
@@ -63,8 +70,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/hang":
             time.sleep(3)
             return
+        coding = None
         if self.path == "/garbage":
             body = b"\x00\xff<html>not metrics</html>\n{{{ 1 2 3\n"
+        elif self.path == "/node":  # a node exporter's page: valid, but no engine's metrics
+            body = NODE_PAGE
+        elif self.path.startswith("/gz/"):  # what a compressing proxy in front sends
+            import gzip
+
+            body = gzip.compress((CORPUS / self.path[4:]).read_bytes())
+            coding = "gzip"
         else:
             f = CORPUS / self.path.lstrip("/")
             if not f.is_file():
@@ -73,6 +88,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = f.read_bytes()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
+        if coding:
+            self.send_header("Content-Encoding", coding)
         self.end_headers()
         self.wfile.write(body)
 
@@ -461,6 +478,22 @@ def test_a_scrape_ends_by_its_deadline_whatever_the_server_sends(server) -> None
     for path in ("/trickle", "/trickle-head", "/hang"):
         r, secs = _in_thread(lambda p=path: scrape(f"{server}{p}", now, "h", timeout=0.8), 10)
         assert secs < 1.5 and r.error and "timed out" in r.error and not r.rows, (path, r.error)
+
+
+def test_a_compressed_page_is_read_and_a_page_of_no_engine_is_said(server) -> None:
+    """A proxy that gzips the page anyway: read as the plain page. A node exporter's
+    page (valid, only process_ and node_ metrics) is not a working engine scrape."""
+    import datetime as dt
+
+    from collector.scrape import scrape
+
+    now = dt.datetime.now(dt.UTC)
+    plain = scrape(f"{server}/metrics_sglang.prom", now, "h")
+    packed = scrape(f"{server}/gz/metrics_sglang.prom", now, "h")
+    assert plain.error is None and packed.error is None, packed.error
+    assert [r["name"] for r in packed.rows] == [r["name"] for r in plain.rows] != []
+    node = scrape(f"{server}/node", now, "h")
+    assert node.error and "no SGLang or vLLM metrics" in node.error and "2 other" in node.error
 
 
 def test_ten_megabytes_of_garbage_are_refused_without_filling_memory(server) -> None:
