@@ -256,6 +256,7 @@ def tail(
                 at, read = _finish_old(rd, snap, path, cursor, same_inode)
                 if at is not None:  # stopped inside a rotated file: resume there next run
                     res.cursor = at
+                    _behind(rd, path, "a rotated file and the live one")
                     return res
                 watch += read
         kept = len(res.rows)
@@ -269,7 +270,18 @@ def tail(
             res.cursor["t"] = time.time()
         if watch:
             res.cursor["watch"] = watch[-WATCHED:]
+        if res.stopped:
+            _behind(rd, path, f"{max(size - pos, 0):,} bytes of the live file")
     return res
+
+
+def _behind(rd: _Reader, path: str, left: str) -> None:
+    """Say that the log is behind: its lines are not in the bucket yet (not lost)."""
+    why = "the byte cap" if rd.budget <= 0 else "the deadline"
+    rd.res.notes.append(
+        f"{path}: behind: reading stopped at {why} with {left} still to read; "
+        "the next run goes on from there"
+    )
 
 
 def _finish_watched(rd: _Reader, snap: Snap, watched: list[Cursor]) -> list[Cursor]:

@@ -45,6 +45,7 @@ def test_a_full_bucket_fails_cleanly_and_the_next_run_catches_up(tmp_path: Path)
     fig = chaos.full_fs_chaos(tmp_path)
     if "skipped" in fig:
         pytest.skip(fig["skipped"])
-    assert fig["full_exit"] == 2 and "No space left" in fig["full_said"], fig
+    # the log lines did not fit; the run's record did: that source failed (exit 1), its lines wait
+    assert fig["full_exit"] == 1 and "No space left" in fig["full_said"], fig
     assert fig["cursor_kept"] and fig["after_room_exit"] == 0, fig
     assert fig["lost"] == 0 and fig["duplicated"] == 0 and fig["unreadable_files"] == [], fig
