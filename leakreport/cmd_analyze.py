@@ -22,6 +22,7 @@ from leakreport.common import (
     exit_code,
     run_analysis,
     verbosity_options,
+    writable_out,
     write_out,
 )
 from leakreport.options import (
@@ -95,6 +96,8 @@ def analyze(
     """
     from analyzer import outputs
 
+    writable_out(out)
+    writable_out(textfile, "--textfile")
     doc = run_analysis(bucket, opts)
     if fmt == "json":
         text = doc.to_json()
@@ -133,6 +136,7 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
     from reports.render import render_report
 
     path = Path(source)
+    writable_out(out)
     if path.is_file():
         given = given_analysis_options()
         if given:  # a findings document is the analysis already made: they would do nothing
@@ -174,6 +178,8 @@ def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
         start, end = fleet_mod.week_range(week)
     except ValueError as e:
         die(f"--week: {e}")
+    week = fleet_mod.week_of(start)  # as stored and titled: 2026-W48, whatever was typed
+    writable_out(out)
     bucket_path(bucket)
     html, cur = fleet_page(bucket, week, opts, console())
     write_out(html, out)

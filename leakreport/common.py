@@ -123,6 +123,20 @@ def write_out(text: str, out: str | None, what: str = "--out") -> None:
     console()(f"wrote {path}")
 
 
+def writable_out(out: str | None, what: str = "--out") -> None:
+    """Refuse an --out that cannot be written before the analysis, not after it."""
+    if out is None or out == "-":
+        return
+    p = Path(out)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        die(f"{what} {out}: is a folder; give a file name")
+    if not parent.is_dir():
+        die(f"{what} {out}: no such folder {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        die(f"{what} {out}: cannot write in {parent}: permission denied")
+
+
 def bucket_path(bucket: str) -> str:
     """Refuse what is not a bucket before any work (exit 2, one line)."""
     from collector.schema import TABLES

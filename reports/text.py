@@ -32,12 +32,16 @@ def format_value(key: str, v: Any) -> str:
         return "—"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(format_value(key, x) for x in v) or "—"
     if isinstance(v, (int, float)):
+        if key == "pid" or key.endswith(("_pid", "pids")):
+            return str(v)  # an id, not a quantity: no thousands separator
         if key.endswith("_bytes"):
             return _human_bytes(float(v))
         if key.endswith("_mib"):
             return f"{v:,.0f} MiB"
-        if key.endswith("_mib_per_h"):
+        if "_mib_per_h" in key:  # rate_mib_per_h, rate_mib_per_h_before, ...
             return f"{v:,.1f} MiB/h"
         if key.endswith("_pct"):
             return f"{v:.1f} %"

@@ -174,3 +174,23 @@ def test_markdown_and_textfile_outputs(sim_bucket, tmp_path) -> None:
         "never",
     )
     assert bad.returncode == exitcodes.ERROR and "*.prom" in bad.stderr
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_analysis(sim_bucket, tmp_path) -> None:
+    """Found after minutes of analysis, it wasted them: refused first, exit 2, one line."""
+    bucket = str(sim_bucket[0])
+    for cmd in (
+        ["report", bucket, "--out", str(tmp_path / "no-such" / "r.html")],
+        ["analyze", bucket, "--out", str(tmp_path / "no-such" / "f.json")],
+        ["fleet", bucket, "--week", "2026-W48", "--out", str(tmp_path / "no-such" / "f.html")],
+    ):
+        r = leakreport(*cmd)
+        assert r.returncode == 2 and "no such folder" in r.stderr, (cmd, r.stderr)
+        assert "rules" not in r.stderr and "rollups" not in r.stderr, r.stderr  # nothing ran
+
+
+def test_a_week_typed_in_lower_case_is_the_stored_week(sim_bucket, tmp_path) -> None:
+    out = tmp_path / "f.html"
+    r = leakreport("fleet", str(sim_bucket[0]), "--week", "2026-w48", "--out", str(out))
+    assert r.returncode in (0, 1, 3), r.stderr
+    assert "<title>leakreport fleet — 2026-W48</title>" in out.read_text()

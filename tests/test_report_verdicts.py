@@ -111,3 +111,14 @@ def test_a_host_ram_rate_is_not_ranked_as_a_gpu_leak_rate() -> None:
     (row,) = build("2026-W48", doc).ranking
     assert row.leak_mib_per_h is None and row.host_ram_mib_per_h == 246.0
     assert "host RAM 246 MiB/h" in render_fleet(build("2026-W48", doc), generated_at=FIXED)
+
+
+def test_evidence_values_read_as_what_they_are() -> None:
+    from reports.text import format_value
+
+    assert (
+        format_value("pid", 4600) == "4600" and format_value("pids", [4600, 4601]) == "4600, 4601"
+    )
+    assert format_value("rate_mib_per_h_before", 2203.4) == "2,203.4 MiB/h"
+    assert format_value("pods", ["ns/a", "ns/b"]) == "ns/a, ns/b"
+    assert format_value("growth_mib", 1234) == "1,234 MiB"  # quantities keep their separator
