@@ -167,7 +167,9 @@ def cron_line(ctx: click.Context, **_: Any) -> None:
       leakcollect cron-line --bucket /data/traces --log /var/log/sglang.log
     """
     state = Path(absolute(str(ctx.params["state_dir"])))
-    args = " ".join(run_args(ctx))
+    # the default state folder hangs on $XDG_STATE_HOME, which cron does not set: the run
+    # must keep its cursors beside the log this line appends to (and rotates it there)
+    args = " ".join(run_args(ctx, pinned=("state_dir",)))
     log = shlex.quote(str(state / OWN_LOG))
     cmd = f"mkdir -p {shlex.quote(str(state))} && {_exe()} run {args} >>{log} 2>&1"
     line = "* * * * * " + cmd.replace("%", "\\%")  # cron turns a bare % into a newline

@@ -186,7 +186,9 @@ COLLECT_OPTIONS = [
         multiple=True,
         callback=_check_source_timeouts,
         help="KIND=SECONDS: how long the nvml (5), procfs (5), logs (20, all logs together) or "
-        "spool (10) source may take before it is abandoned and recorded as failed (repeatable).",
+        "spool (10) source may take (repeatable). procfs, logs and spool stop a little before "
+        "and keep what they read (a log left behind goes on next run); a source still busy at "
+        "its time is abandoned and recorded as failed.",
     ),
     click.option(
         "--state-dir",
@@ -205,21 +207,18 @@ def collect_options(f: Any) -> Any:
     return f
 
 
-# written out even when left at its default: the default hangs on $XDG_STATE_HOME and
-# $HOME, which cron and systemd set otherwise than the shell that printed the line
-PINNED = ("state_dir",)
-
-
-def run_args(ctx: click.Context) -> list[str]:
-    """The options given to this command, as arguments for `leakcollect run`."""
+def run_args(ctx: click.Context, pinned: tuple[str, ...] = ()) -> list[str]:
+    """The options given to this command, as arguments for `leakcollect run`; those named
+    in ``pinned`` also where left at their built-in default (not where a config file
+    gives them: the file stays the one place to change them)."""
     out: list[str] = []
     for p in ctx.command.params:
         if not isinstance(p, click.Option) or p.name in (None, "help", "quiet", "verbose"):
             continue
         source = ctx.get_parameter_source(p.name)
-        if p.name not in PINNED and source not in (
-            click.core.ParameterSource.COMMANDLINE,
-            click.core.ParameterSource.ENVIRONMENT,
+        given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+        if source not in given and not (
+            p.name in pinned and source == click.core.ParameterSource.DEFAULT
         ):
             continue
         value = ctx.params.get(p.name)

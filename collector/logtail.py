@@ -69,7 +69,7 @@ class TailResult:
     unmatched: int = 0
     cursor: Cursor | None = None
     error: str | None = None
-    notes: list[str] = field(default_factory=list)  # lines that may be missing, and why
+    notes: list[str] = field(default_factory=list)  # lines missing or not read yet, and why
     stopped: bool = False  # the byte budget or the deadline ran out; the rest waits
 
 
@@ -160,6 +160,8 @@ class _Reader:
         buf = b""
         while True:
             if self.out_of_time():
+                if f.tell() >= os.fstat(f.fileno()).st_size:  # read to the end: not a stop
+                    return pos, True
                 self.res.stopped = True
                 return pos, False
             chunk = f.read(min(CHUNK, self.budget))
@@ -231,6 +233,44 @@ def tail(
     res = TailResult(path)
     end = deadline if deadline is not None else math.inf
     rd = _Reader(res, now, host, max_bytes, end, labels if labels is not None else {})
+    target = os.path.realpath(path) if os.path.islink(path) else None
+    if cursor and cursor.get("target") and cursor["target"] != target:
+        at = _finish_moved(rd, path, cursor)  # the link now points elsewhere
+        if at is not None:
+            res.cursor = at
+            _behind(rd, path, "the file it pointed to before and the new one")
+            return res
+        cursor = None  # the new file is read from its start
+    res = _tail(rd, path, cursor)
+    if target and res.cursor is not None:
+        res.cursor["target"] = target
+    return res
+
+
+def _finish_moved(rd: _Reader, path: str, cur: Cursor) -> Cursor | None:
+    """A symlinked log whose link moved to another file (a container restarted, a
+    logger's "current" link): the rest of the file it pointed to, where that is still
+    there. Returns the cursor to resume from when stopped early."""
+    old = str(cur["target"])
+    try:
+        f = open(old, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        f = None
+    if f is None or os.fstat(f.fileno()).st_ino != cur.get("inode"):
+        if f is not None:
+            f.close()
+        rd.res.notes.append(
+            f"{path} now points elsewhere and the file it pointed to ({old}) is gone: "
+            f"lines written there after offset {_offset(cur)} may be missing"
+        )
+        return None
+    with f:
+        pos, done = rd.read(f, _offset(cur))
+        return None if done else {**_stamp(f, pos), "target": old}
+
+
+def _tail(rd: _Reader, path: str, cursor: Cursor | None) -> TailResult:
+    res = rd.res
     with contextlib.ExitStack() as stack:
         snap = snapshot(path, stack)
         if snap.note:
@@ -256,6 +296,8 @@ def tail(
                 at, read = _finish_old(rd, snap, path, cursor, same_inode)
                 if at is not None:  # stopped inside a rotated file: resume there next run
                     res.cursor = at
+                    if watch:  # and keep watching the files read before for late lines
+                        res.cursor["watch"] = watch[-WATCHED:]
                     _behind(rd, path, "a rotated file and the live one")
                     return res
                 watch += read
@@ -271,7 +313,8 @@ def tail(
         if watch:
             res.cursor["watch"] = watch[-WATCHED:]
         if res.stopped:
-            _behind(rd, path, f"{max(size - pos, 0):,} bytes of the live file")
+            left = os.fstat(f.fileno()).st_size - pos
+            _behind(rd, path, f"{max(left, 0):,} bytes of the live file")
     return res
 
 

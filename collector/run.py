@@ -227,7 +227,7 @@ def _sample_and_read(
     labels: dict[str, dict[str, int]] = logtail.load_cursors(cfg.state_dir / LABELS)
     now = dt.datetime.now(dt.UTC)
     end: list[Source] = [
-        LogSource(p, cursors.get(p), labels.get(p, {}), now, cfg.host, cfg.log_max_bytes)
+        LogSource(p, _saved(cursors, p), _saved(labels, p) or {}, now, cfg.host, cfg.log_max_bytes)
         for p in cfg.logs
     ]
     if cfg.probe_spool is not None:
@@ -250,6 +250,18 @@ def _sample_and_read(
     if nvml_src is not None and nvml_src.opened and "nvml" not in stuck:
         nvml_src.nvml.close()
     return _Gathered(tables, cursors, labels, drained, ledger)
+
+
+def _saved(state: dict[str, Any], path: str) -> Any:
+    """What was saved for the log at ``path``; also under a relative spelling of it, as
+    versions that kept --log as typed saved it (else the first run after an upgrade
+    reads the whole log again, under a new name, counting every line twice)."""
+    if path in state:
+        return state[path]
+    return next(
+        (v for k, v in state.items() if not os.path.isabs(k) and os.path.abspath(k) == path),
+        None,
+    )
 
 
 def _unwritable(cfg: Config, result: RunResult, say: Callable[[str], None], e: OSError) -> None:
@@ -299,8 +311,11 @@ def _write(
             logtail.save_cursors(cfg.state_dir / CURSORS, got.cursors)
     except OSError as e:  # the lines are in the bucket: the next run reads them again, deduped
         ledger.fail("logs", f"cannot save the log cursor in {cfg.state_dir}: {e.strerror or e}")
-    if {"allocator_samples", "allocator_snapshots"} & set(refused):
-        drained.files, drained.snapshots = [], []  # kept in the spool for the next run
+    # what the bucket refused stays in the spool for the next run; what it took goes
+    if "allocator_samples" in refused:
+        drained.files = []
+    if "allocator_snapshots" in refused:
+        drained.snapshots = []
     for f in drained.files + drained.snapshots:  # only now that the bucket has them
         try:
             f.unlink()

@@ -214,7 +214,7 @@ class ProcfsSource(Source):
                 continue  # vanished, or not visible from here: normal
             if d["maps"] is not None:
                 out.rows["proc_maps"].append(d["maps"])
-            else:
+            elif pid in servers:  # the server watched; another user's GPU job is not ours
                 out.errors.append(f"procfs: {d['maps_error']}")
             if pid not in self.described:
                 out.rows["processes"].append(d["process"])
@@ -287,7 +287,8 @@ class LogSource(Source):
             self.label, self.cursor, self.now, self.host, self.max_bytes, deadline, self.labels
         )
         out = Outcome(rows={"log_lines": tr.rows}, extra=(tr.cursor, self.labels))
-        # a read stopped by the byte cap or the deadline is no error: the rest waits at the cursor
+        # a read stopped by the byte cap or the deadline says the log is behind (a note):
+        # nothing is lost, the rest waits at the cursor
         out.errors += ([tr.error] if tr.error else []) + tr.notes
         return out
 

@@ -98,6 +98,8 @@ def analyze(
 
     writable_out(out)
     writable_out(textfile, "--textfile")
+    if textfile and not textfile.endswith(".prom"):
+        die(f"--textfile {textfile}: node_exporter's textfile collector reads only *.prom files")
     doc = run_analysis(bucket, opts)
     if fmt == "json":
         text = doc.to_json()

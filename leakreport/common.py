@@ -124,17 +124,23 @@ def write_out(text: str, out: str | None, what: str = "--out") -> None:
 
 
 def writable_out(out: str | None, what: str = "--out") -> None:
-    """Refuse an --out that cannot be written before the analysis, not after it."""
+    """Refuse an --out that cannot be written before the analysis, not after it. Missing
+    folders are made when it is written (collector.atomic), so the nearest folder that
+    exists is the one that must take a new file; a device (/dev/stdout) is written to."""
     if out is None or out == "-":
         return
-    p = Path(out)
-    parent = p.parent if str(p.parent) else Path(".")
+    p = Path(os.path.realpath(out))
     if p.is_dir():
-        die(f"{what} {out}: is a folder; give a file name")
-    if not parent.is_dir():
-        die(f"{what} {out}: no such folder {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        die(f"{what} {out}: cannot write in {parent}: permission denied")
+        die(f"{what} {out}: cannot write: it is a folder; give a file name")
+    if p.exists() and not p.is_file():
+        return  # a device, FIFO or socket: written to, never replaced
+    folder = p.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        die(f"{what} {out}: cannot write: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        die(f"{what} {out}: cannot write: no permission to write in {folder}")
 
 
 def bucket_path(bucket: str) -> str:

@@ -177,16 +177,24 @@ def test_markdown_and_textfile_outputs(sim_bucket, tmp_path) -> None:
 
 
 def test_an_out_that_cannot_be_written_is_refused_before_the_analysis(sim_bucket, tmp_path) -> None:
-    """Found after minutes of analysis, it wasted them: refused first, exit 2, one line."""
+    """Found after minutes of analysis, it wasted them: refused first, exit 2, one line.
+    Missing folders are made, as before (a dated folder in a cron job)."""
     bucket = str(sim_bucket[0])
+    (tmp_path / "a-file").write_text("")
+    under_a_file = str(tmp_path / "a-file" / "sub")
     for cmd in (
-        ["report", bucket, "--out", str(tmp_path / "no-such" / "r.html")],
-        ["analyze", bucket, "--out", str(tmp_path / "no-such" / "f.json")],
-        ["fleet", bucket, "--week", "2026-W48", "--out", str(tmp_path / "no-such" / "f.html")],
+        ["report", bucket, "--out", f"{under_a_file}/r.html"],
+        ["analyze", bucket, "--out", f"{under_a_file}/f.json"],
+        ["analyze", bucket, "--textfile", str(tmp_path / "leak.txt")],
+        ["fleet", bucket, "--week", "2026-W48", "--out", f"{under_a_file}/f.html"],
+        ["report", bucket, "--out", str(tmp_path)],
     ):
         r = leakreport(*cmd)
-        assert r.returncode == 2 and "no such folder" in r.stderr, (cmd, r.stderr)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (cmd, r.stderr)
         assert "rules" not in r.stderr and "rollups" not in r.stderr, r.stderr  # nothing ran
+    out = tmp_path / "new" / "2026-12-07" / "f.json"
+    r = leakreport("analyze", bucket, "--format", "json", "--out", str(out))
+    assert r.returncode in (0, 1, 3) and out.is_file(), r.stderr
 
 
 def test_a_week_typed_in_lower_case_is_the_stored_week(sim_bucket, tmp_path) -> None:

@@ -156,6 +156,11 @@ def test_another_users_server_keeps_its_row_and_says_maps_were_not_read(tmp_path
     assert out.errors == [
         "procfs: pid 4242: maps not readable (Permission denied): run as the server's user or root"
     ]
+    # another user's GPU job (no inference server) on a shared host: its row, no failure
+    (tmp_path / "proc" / "4242" / "cmdline").write_bytes(b"python3\0train.py\0")
+    src = ProcfsSource(NoMaps(tmp_path / "proc"), NOW, "h", {4242}, set())
+    out = src.collect(float("inf"))
+    assert [r["pid"] for r in out.rows["processes"]] == [4242] and out.errors == []
 
 
 def test_a_proc_root_that_is_not_there_fails_the_source(tmp_path) -> None:

@@ -282,6 +282,19 @@ def test_a_log_named_relative_then_absolute_is_one_log(tmp_path) -> None:
     rows = [x for f in files for x in pq.read_table(f, columns=["file", "text"]).to_pylist()]
     assert sorted(x["text"] for x in rows) == [BATCH.format(s=s, n=s).rstrip("\n") for s in (1, 2)]
     assert {x["file"] for x in rows} == {str(logs / "server.log")}
+    # state saved by a version that kept --log as typed: the cursor is found under it
+    for name in ("log-cursors.json", "log-generations.json"):
+        f = tmp_path / "st" / name
+        f.write_text(
+            json.dumps({"server.log": json.loads(f.read_text())[str(logs / "server.log")]})
+        )
+    with (logs / "server.log").open("a") as f:
+        f.write(BATCH.format(s=3, n=3))
+    r = subprocess.run([*cmd, "--log", "server.log"], cwd=logs, env=env, capture_output=True)
+    assert r.returncode == exitcodes.OK, r.stderr
+    files = list((tmp_path / "b").rglob("log_lines/**/*.parquet"))
+    texts = [x["text"] for f in files for x in pq.read_table(f, columns=["text"]).to_pylist()]
+    assert sorted(texts) == [BATCH.format(s=s, n=s).rstrip("\n") for s in (1, 2, 3)]
 
 
 def test_a_log_the_permission_check_refuses_does_not_stop_the_run(tmp_path, monkeypatch) -> None:

@@ -417,6 +417,12 @@ def test_the_cron_line_names_the_state_folder_its_own_log_goes_to(tmp_path) -> N
     state = argv[argv.index("--state-dir") + 1]
     assert state == str(tmp_path / "xdg" / "leakcollect")
     assert shlex.split(cmd.split(" >>")[1].split(" 2>&1")[0]) == [f"{state}/leakcollect.log"]
+    # a systemd service logs to the journal and runs as its own user: no folder of this shell's
+    units = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "systemd-units", "--bucket", "/b", "--no-gpu"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    assert "--state-dir" not in units and str(tmp_path) not in units
 
 
 def test_paths_in_a_cron_line_and_a_config_file_hold_from_anywhere(tmp_path) -> None:

@@ -199,3 +199,40 @@ def test_a_symlinked_log_is_read_where_it_points_across_a_rotation(tmp_path) -> 
     got = [r["text"] for r in res.rows]
     assert got == [LINE.format(n=k).rstrip("\n") for k in range(5, 9)]
     assert {r["file"] for r in first.rows + res.rows} == {str(link)}  # named as given
+
+
+def test_a_read_that_ends_exactly_at_the_byte_cap_is_not_behind(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("".join(LINE.format(n=k) for k in range(3)))
+    res = tail(str(log), None, NOW, "h", max_bytes=log.stat().st_size)
+    assert not res.stopped and not res.notes and len(res.rows) == 3, res.notes
+    res = tail(str(log), None, NOW, "h", max_bytes=log.stat().st_size - 1)
+    assert res.stopped and "behind: reading stopped at the byte cap" in res.notes[0], res.notes
+
+
+def test_a_link_moved_to_a_new_file_finishes_the_old_one_first(tmp_path) -> None:
+    """A container restart (or a logger's "current" link) points the log's link at a new
+    file: what the old file got since the last run is read first, then the new one."""
+    link = tmp_path / "server.log"
+    first_file, second_file = tmp_path / "app.2026010100.log", tmp_path / "app.2026010101.log"
+    first_file.write_text(LINE.format(n=1) + LINE.format(n=2))
+    link.symlink_to(first_file)
+    one = tail(str(link), None, NOW, "h")
+    with first_file.open("a") as f:
+        f.write(LINE.format(n=3))  # the last words of the old process: the OOM, often
+    second_file.write_text(LINE.format(n=4))
+    link.unlink()
+    link.symlink_to(second_file)
+    two = tail(str(link), one.cursor, NOW, "h")
+    assert not two.notes, two.notes
+    assert [r["text"] for r in two.rows] == [LINE.format(n=k).rstrip("\n") for k in (3, 4)]
+    second_file.unlink()  # moved again, and the file it pointed to is gone: said
+    third = tmp_path / "app.2026010102.log"
+    third.write_text(LINE.format(n=5))
+    link.unlink()
+    link.symlink_to(third)
+    three = tail(str(link), two.cursor, NOW, "h")
+    assert [r["text"] for r in three.rows] == [LINE.format(n=5).rstrip("\n")]
+    assert len(three.notes) == 1 and f"({second_file}) is gone" in three.notes[0], three.notes
+    four = tail(str(link), three.cursor, NOW, "h")
+    assert four.rows == [] and not four.notes

@@ -379,3 +379,33 @@ def test_snapshot_file_reaches_the_bucket_and_the_report(tmp_path: Path) -> None
     doc = analyze(bucket, load_packs())
     (event,) = [e for e in doc.events if e.kind == "memory_snapshot"]
     assert "pid 4321" in event.text and str(copied) in event.text and "memory_viz" in event.text
+
+
+@pytest.mark.parametrize("refused", ["allocator_samples", "allocator_snapshots"])
+def test_a_refused_allocator_table_keeps_only_its_own_files_in_the_spool(
+    tmp_path: Path, refused: str
+) -> None:
+    """The bucket refuses one of the two allocator tables (a file where its folder goes):
+    that table's spool files wait and arrive next run; the other table's, written, leave
+    the spool, so nothing is written twice (allocator_snapshots has no key to dedupe by)."""
+    import json
+
+    from analyzer.bucket import open_bucket
+
+    spool, bucket = tmp_path / "spool", tmp_path / "bucket"
+    spool.mkdir()
+    bucket.mkdir()
+    (spool / "snapshot-gpu-node-7-4321-1796000000.pickle").write_bytes(b"\x80\x04snap")
+    rec = {"ts": time.time(), "pid": 4321, "device": 0, "allocated": 1 << 30, "reserved": 2 << 30}
+    (spool / "alloc-gpu-node-7-4321-1.jsonl").write_text(json.dumps(rec) + "\n")
+    (bucket / refused).write_text("")
+    cfg = Config(bucket=str(bucket), host="gpu-node-7", state_dir=tmp_path / "st", no_gpu=True)
+    cfg.probe_spool = str(spool)
+    assert collect(cfg, say=lambda m: None) == 1
+    (bucket / refused).unlink()
+    assert collect(cfg, say=lambda m: None) == 0
+    assert not list(spool.iterdir())
+    con, counts = open_bucket(bucket)
+    for table in ("allocator_snapshots", "allocator_samples"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (1,), table
+    assert len(list(bucket.glob("snapshots/*/*/*.pickle"))) == 1
