@@ -95,15 +95,23 @@ def compact_group(
         skipped += [f"{prefix}{c.entry.path}: {c.problem}" for c in bad]
     if len(good) <= 1:
         return len(entries), len(good) + len(bad), 0
+    parts, kept = [], []
     try:
-        parts = [
-            to_arrow(name, pq.read_table(c.entry.path, filesystem=fs).replace_schema_metadata(None))
-            for c in good
-        ]
+        for c in good:
+            raw = pq.read_table(c.entry.path, filesystem=fs).replace_schema_metadata(None)
+            try:
+                parts.append(to_arrow(name, raw))
+            except ValueError as e:  # read by the analyzer, but not ours to rewrite: left
+                kept.append(c)
+                if skipped is not None:
+                    skipped.append(f"{prefix}{c.entry.path}: {e}")
     except OSError:
         if all(exists(c.entry.path, fs) for c in good):
             raise
         return len(entries), len(entries), 0  # merged meanwhile by another compact (S3)
+    good = [c for c in good if c not in kept]
+    if len(good) <= 1:
+        return len(entries), len(entries), 0
     data = pa.concat_tables(parts).sort_by(table(name).time_column)
     expected = sum(p.num_rows for p in parts)
     replaces = sorted({c.entry.name for c in good} | {n for c in good for n in c.replaces})
@@ -116,7 +124,7 @@ def compact_group(
         raise CompactError(f"{prefix}{new}: wrote {got} rows for {expected}; originals kept")
     for c in good:
         remove(c.entry.path, fs)
-    return len(entries), 1 + len(bad), got
+    return len(entries), 1 + len(bad) + len(kept), got
 
 
 STALE_TEMP_S = 3600

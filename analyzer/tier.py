@@ -35,7 +35,7 @@ from collector import filecheck, layout
 from collector.schema import SCHEMA_VERSION
 from collector.store import remove, root_of
 
-TIER_FORMAT = 2
+TIER_FORMAT = 3
 # tier table -> (the rollup table it stores, the raw table it is derived from)
 TIERS: dict[str, tuple[str, str]] = {
     "tier_gpu_info": ("gpu_info", "gpu_samples"),
@@ -130,7 +130,17 @@ def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
 
 
 def sources_hash(entries: list[layout.Entry]) -> str:
-    return hashlib.sha256("\n".join(sorted(e.name for e in entries)).encode()).hexdigest()[:32]
+    """The raw files a tier file was derived from, by name, size and modification time:
+    a file rewritten under its name makes the tier stale (never read) for that day."""
+
+    def stamp(e: layout.Entry) -> str:
+        try:
+            size, mtime = layout.stamp_of(e)
+        except OSError:  # gone since the listing: matches no stored tier
+            size, mtime = -1, -1
+        return f"{e.name}:{size}:{mtime}"
+
+    return hashlib.sha256("\n".join(sorted(map(stamp, entries))).encode()).hexdigest()[:32]
 
 
 @dataclass

@@ -179,3 +179,25 @@ def test_two_compacts_of_one_folder_count_its_rows_once(tmp_path, monkeypatch) -
     monkeypatch.setattr(filecheck, "check_all", checked_then_merged_by_another)
     assert compact_mod.compact_group(str(fresh), *key, files) == (len(files), len(files), 0)
     assert len(list(Path(files[0].folder).glob("*.parquet"))) == len(files) - 1  # no new file
+
+
+def test_a_file_with_a_column_of_no_table_is_left_and_named_the_rest_compacted(tmp_path) -> None:
+    """The analyzer reads such a file (the extra column aside); compact must not crash on
+    it (every later folder and the rollup after it in the cron line would wait for good),
+    nor drop the column silently: it leaves the file, names it, exits 3."""
+    simulate("fast-image-processor-leak", tmp_path, hosts=1, hours=3, seed=2)
+    before = (_doc(tmp_path), _counts(tmp_path))
+    odd = sorted(tmp_path.glob("gpu_samples/*/*/*.parquet"))[0]
+    t = pq.read_table(odd)
+    pq.write_table(t.append_column("surprise", pa.array(["x"] * t.num_rows)), odd)
+    r = subprocess.run(
+        [sys.executable, "-m", "leakreport", "compact", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert f"{odd}: gpu_samples: unknown columns ['surprise']" in r.stderr
+    assert odd.exists() and len(list(odd.parent.glob("*.parquet"))) == 2  # it, and the merge
+    assert len(list(tmp_path.glob("log_lines/*/*/*.parquet"))) == 1  # later tables compacted
+    assert (_doc(tmp_path), _counts(tmp_path)) == before

@@ -236,6 +236,25 @@ def test_late_data_makes_the_day_raw_until_rebuilt(bucket, weeks: bool) -> None:
     assert "rollup tier: 4 host-days stored, 0 derived from raw samples" in said
 
 
+def test_a_raw_file_rewritten_under_its_name_makes_its_day_raw(bucket, tmp_path) -> None:
+    """Same name, other rows (a repair, a re-import): the stored day is stale, never read."""
+    import pyarrow.compute as pc
+
+    tier.build(bucket, before=NOW.date(), weeks=False)
+    raw = sorted((bucket / "gpu_samples").glob("date=2026-11-23/host=*/*.parquet"))[-1]
+    t = pq.read_table(raw)
+    i = t.schema.get_field_index("memory_used_bytes")
+    more = pc.add(t.column(i), pa.scalar(2_000_000_000, pa.int64()))
+    pq.write_table(t.set_column(i, t.schema.field(i), more), raw)
+    said: list[str] = []
+    tiered = _doc(bucket, said)
+    assert "rollup tier: 3 host-days stored, 1 derived from raw samples" in said, said
+    plain = Path(shutil.copytree(bucket, tmp_path / "plain"))
+    for t_name in tier.ALL_TIERS:
+        shutil.rmtree(plain / t_name, ignore_errors=True)
+    assert tiered == _doc(plain)
+
+
 @pytest.mark.parametrize("missing", [None, "tier_gpu_blocks"], ids=["twin", "twin-and-missing"])
 def test_a_rollup_stopped_between_writing_and_deleting_leaves_no_twin(bucket, missing) -> None:
     """A run killed after writing a host-day's tier file and before deleting the one it
