@@ -15,7 +15,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
-from analyzer.bucket import Scope
+from analyzer.bucket import BucketChanged, BucketError, Scope
 from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
 from analyzer.progress import plural
@@ -197,15 +197,30 @@ def analyze_fanout(
         )
         for g in groups
     ]
-    docs = []
+    docs, lost = [], []
     for i, f in enumerate(futures, 1):
-        out = f.result()
+        try:
+            out = f.result()
+        except (BucketError, BucketChanged):
+            raise  # the bucket's: the whole analysis says so
+        except Exception as e:  # a worker that died, a task that failed: its hosts alone
+            if isinstance(executor, InlineExecutor):
+                raise  # in this process: the error is the command's
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+            lost.append(f"hosts {', '.join(groups[i - 1])}: not analysed: their task failed ({why})")
+            if progress:
+                progress(f"{unit} {i}/{len(groups)} failed: {why}")
+            continue
         docs.append(FindingsDocument.from_dict(out["doc"]))
         if progress:
             for line in out["said"]:
                 progress(f"{unit} {i}/{len(groups)}: {line}")
             progress(f"{unit} {i}/{len(groups)} done ({plural(len(groups[i - 1]), 'host')})")
-    return merge(docs, str(bucket), scope)
+    if not docs:
+        raise RuntimeError(f"every task failed; the first: {lost[0]}")
+    doc = merge(docs, str(bucket), scope)
+    doc.run.incomplete = sorted({*doc.run.incomplete, *lost})
+    return doc
 
 
 class _Later(Future):  # type: ignore[type-arg]
@@ -301,7 +316,12 @@ def analyze_local(
 
 def dask_executor(scheduler: str | None = None, workers: int = 2) -> tuple[Executor, Any]:
     """A Dask executor, and the object to close: a client of ``scheduler``, or a local cluster."""
-    from distributed import Client, LocalCluster
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise ValueError(
+            f"--executor dask needs Dask's distributed package ({e}): pip install 'leakreport[dask]'"
+        ) from None
 
     if scheduler:
         client = Client(scheduler)

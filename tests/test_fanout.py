@@ -72,6 +72,52 @@ def test_a_failing_batch_stops_the_run(sim_bucket, monkeypatch) -> None:
     assert len(calls) == 1  # the later batches never ran
 
 
+def test_a_task_lost_on_a_cluster_names_its_hosts_and_keeps_the_rest(sim_bucket) -> None:
+    """A worker dies (out of memory, a node lost): that task's hosts are not analysed,
+    said in run.incomplete (exit 3); the other tasks' findings stand."""
+    from concurrent.futures import Future
+
+    packs = load_packs()
+    hosts = list_hosts(sim_bucket[0], Scope())
+    doomed = hosts[0]
+
+    class Flaky(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if doomed in args[2].hosts:
+                f: Future = Future()
+                f.set_exception(RuntimeError("Attempted to run task on a killed worker"))
+                return f
+            return super().submit(fn, *args, **kwargs)
+
+    said: list[str] = []
+    with Flaky(2) as ex:
+        doc = analyze_fanout(
+            sim_bucket[0], packs, ex, now=NOW, hosts_per_task=3, progress=said.append
+        )
+    (why,) = [r for r in doc.run.incomplete if "not analysed" in r]
+    lost = set(why.split(": ", 1)[0].removeprefix("hosts ").split(", "))
+    assert doomed in lost and len(lost) == 3 and "killed worker" in why
+    assert {h.host for h in doc.hosts} == set(hosts) - lost
+    assert any("failed: RuntimeError" in line for line in said)
+
+
+def test_dask_missing_is_a_usage_error_naming_the_extra(monkeypatch) -> None:
+    import builtins
+
+    from analyzer.fanout import dask_executor
+
+    real = builtins.__import__
+
+    def no_distributed(name, *a, **kw):  # type: ignore[no-untyped-def]
+        if name == "distributed":
+            raise ImportError("No module named 'distributed'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_distributed)
+    with pytest.raises(ValueError, match=r"leakreport\[dask\]"):
+        dask_executor()
+
+
 def test_list_hosts_respects_scope(sim_bucket) -> None:
     all_hosts = list_hosts(sim_bucket[0], Scope())
     assert "healthy-static-00" in all_hosts and len(all_hosts) == len(sim_bucket[1]["hosts"])
