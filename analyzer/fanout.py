@@ -207,7 +207,9 @@ def analyze_fanout(
             if isinstance(executor, InlineExecutor):
                 raise  # in this process: the error is the command's
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
-            lost.append(f"hosts {', '.join(groups[i - 1])}: not analysed: their task failed ({why})")
+            lost.append(
+                f"hosts {', '.join(groups[i - 1])}: not analysed: their task failed ({why})"
+            )
             if progress:
                 progress(f"{unit} {i}/{len(groups)} failed: {why}")
             continue
