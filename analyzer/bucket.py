@@ -69,7 +69,7 @@ def vanished(e: BaseException, fs: Any = None) -> str | None:
 def exists(path: str, fs: Any = None) -> bool:
     """Whether a bucket file is there (True when that cannot be told)."""
     if fs is None:
-        return os.path.exists(path)
+        return os.path.lexists(path)  # a dangling link is there: unreadable, not gone
     import pyarrow.fs as pafs
 
     try:

@@ -130,15 +130,16 @@ def sql_hash(width: float, tier_table: str = "tier_gpu_buckets") -> str:
 
 
 def sources_hash(entries: list[layout.Entry]) -> str:
-    """The raw files a tier file was derived from, by name, size and modification time:
-    a file rewritten under its name makes the tier stale (never read) for that day."""
+    """The raw files a tier file was derived from, by name, and for a local file its size
+    and modification time: a file rewritten under its name makes the tier stale (never
+    read) for that day."""
 
     def stamp(e: layout.Entry) -> str:
-        try:
-            size, mtime = layout.stamp_of(e)
-        except OSError:  # gone since the listing: matches no stored tier
-            size, mtime = -1, -1
-        return f"{e.name}:{size}:{mtime}"
+        try:  # a local file; an S3 key (its objects are never rewritten by us) by its name
+            st = os.stat(e.path)
+        except OSError:
+            return e.name
+        return f"{e.name}:{st.st_size}:{st.st_mtime_ns}"
 
     return hashlib.sha256("\n".join(sorted(map(stamp, entries))).encode()).hexdigest()[:32]
 

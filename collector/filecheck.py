@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.layout import REPLACES_KEY, SCHEMA_KEY, TABLE_KEY, Entry
+from collector.layout import FLEET_DIR, REPLACES_KEY, SCHEMA_KEY, TABLE_KEY, Entry, encode_host
 from collector.schema import SCHEMA_VERSION, TABLES, Table
 
 T = TypeVar("T")
@@ -71,6 +71,9 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     the declared table of the same name). Never raises for a bad file."""
     res = FileCheck(entry)
     spec = spec or TABLES.get(entry.table)
+    if not entry.host_dir and entry.day == dt.date.min:  # layout.list_entries' bad folder
+        res.problem = "a folder of the bucket's layout that is a file or cannot be listed"
+        return res
     try:
         if fs is not None:
             with fs.open_input_file(entry.path) as f:
@@ -110,6 +113,10 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     res.rows = md.num_rows
     res.ts_min, res.ts_max = _time_range(md, schema.get_field_index(spec.time_column))
     res.host = _one_value(md, schema.get_field_index("host"))
+    if res.host is not None and entry.host_dir not in (FLEET_DIR, encode_host(res.host)):
+        # --host and the batches go by the folder: rows of another host would slip in
+        res.problem = f"its rows are of host {res.host!r}, its folder says {entry.host!r}"
+        return res
     res.pods = _maybe_set(md, schema.get_field_index("pod"))
     tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object
     res.schema_hash = hashlib.sha256(tree.encode()).hexdigest()[:16]

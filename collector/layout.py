@@ -194,10 +194,13 @@ def list_entries(
                     stamp = (info.size, mtime) if info.size is not None and mtime else None
                     out.append(Entry(info.path, table, p[1], p[2], stamp))
         return sorted(out, key=lambda e: e.path)
-    for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok):
-        for f in _listdir(hdir):
+    bad: list[str] = []  # folders of the layout that are files, or cannot be listed
+    for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok, bad=bad):
+        for f in _listdir(hdir, bad):
             if _is_trace(f):
                 out.append(Entry(os.path.join(hdir, f), table, day, hv))
+    # each stands as an entry of its own, which no footer check passes: named, left out
+    out += [Entry(b, table, dt.date.min, "") for b in bad]
     return out
 
 
@@ -266,12 +269,18 @@ def _is_trace(name: str) -> bool:
 
 
 def _host_dirs(
-    root: str, table: str, date_ok: DateOk, host_ok: HostOk, skip: Container[str] = ()
+    root: str,
+    table: str,
+    date_ok: DateOk,
+    host_ok: HostOk,
+    skip: Container[str] = (),
+    bad: list[str] | None = None,
 ) -> Iterator[tuple[dt.date, str, str]]:
     """(day, host folder value, folder path) of a local table's host folders in scope;
-    hosts in ``skip`` (real names) are passed over."""
+    hosts in ``skip`` (real names) are passed over; folders that cannot be listed go
+    into ``bad``, where given."""
     tdir = os.path.join(root, table)
-    for date_name in _listdir(tdir):
+    for date_name in _listdir(tdir, bad):
         dv = _value(date_name, "date")
         try:
             day = dt.date.fromisoformat(dv or "")
@@ -280,7 +289,7 @@ def _host_dirs(
         if not date_ok(day):
             continue
         ddir = os.path.join(tdir, date_name)
-        for host_name in _listdir(ddir):
+        for host_name in _listdir(ddir, bad):
             hv = _value(host_name, "host")
             if hv is None:
                 continue
@@ -290,10 +299,20 @@ def _host_dirs(
             yield day, hv, os.path.join(ddir, host_name)
 
 
-def _listdir(d: str) -> list[str]:
+def _listdir(d: str, bad: list[str] | None = None) -> list[str]:
+    """Folders and Parquet files in ``d``; where ``bad`` is given, ``d`` goes into it when
+    it is a file or cannot be listed (else that is passed over as empty)."""
     try:
-        return sorted(e.name for e in os.scandir(d) if e.is_dir() or e.name.endswith(".parquet"))
-    except (FileNotFoundError, NotADirectoryError):
+        return sorted(
+            e.name
+            for e in os.scandir(d)  # a date= or host= entry that is a file: bad, said later
+            if e.is_dir() or e.name.endswith(".parquet") or e.name.startswith(("date=", "host="))
+        )
+    except FileNotFoundError:
+        return []
+    except OSError:  # a file where a folder goes, or no permission to list it
+        if bad is not None:
+            bad.append(d)
         return []
 
 

@@ -287,6 +287,13 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
         say.close()
     if not doc.has_data():
         doc.run.incomplete.append(explain_empty(bucket, opts))
+    else:  # one --host of several matching nothing (a typo) is said, not passed over
+        seen = {h.host for h in doc.hosts} | {c.get("host") for c in doc.coverage}
+        doc.run.incomplete += [
+            f"--host {h}: no data of this host in scope (a typo?)"
+            for h in opts.hosts
+            if h not in seen
+        ]
     doc.run.incomplete = doc.incomplete_reasons()
     return doc
 

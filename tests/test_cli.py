@@ -202,3 +202,15 @@ def test_a_week_typed_in_lower_case_is_the_stored_week(sim_bucket, tmp_path) -> 
     r = leakreport("fleet", str(sim_bucket[0]), "--week", "2026-w48", "--out", str(out))
     assert r.returncode in (0, 1, 3), r.stderr
     assert "<title>leakreport fleet — 2026-W48</title>" in out.read_text()
+
+
+def test_one_host_of_several_that_matches_nothing_is_said(sim_bucket) -> None:
+    bucket = str(sim_bucket[0])
+    host = sorted(
+        p.name[5:] for p in next((sim_bucket[0] / "gpu_samples").glob("date=*")).glob("host=*")
+    )[0]
+    r = leakreport(
+        "analyze", bucket, "--host", host, "--host", "gpu-node-typo", "--fail-on", "never"
+    )
+    assert r.returncode == 3, r.stderr
+    assert "--host gpu-node-typo: no data of this host in scope" in r.stderr

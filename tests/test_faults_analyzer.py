@@ -123,6 +123,14 @@ BAD_FILES = {
         "column 'gpu_uuid' is missing",
     ),
     "ts-as-text": (_text_ts, "column 'ts' is string"),
+    # rows of another host in this host's folder: --host and batches go by the folder
+    "other-host": (
+        lambda p: _write(
+            p, to_arrow("gpu_samples", [{**_good_table().to_pylist()[0], "host": "elsewhere"}])
+        ),
+        "its rows are of host 'elsewhere', its folder says",
+    ),
+    "dangling-link": (lambda p: p.symlink_to(p.parent / "gone.parquet"), "unreadable Parquet"),
 }
 
 
@@ -449,3 +457,18 @@ def test_a_host_whose_collector_wrote_only_run_records_is_named(bucket, baseline
     r, doc = _analyze(bucket)
     assert r.returncode == 3 and said in r.stderr, r.stderr
     assert "incomplete: no data in scope" in r.stderr
+
+
+@pytest.mark.parametrize("level", ["table", "host"])
+def test_a_folder_that_is_a_file_is_named_not_taken_for_no_data(bucket, level) -> None:
+    """A table or host folder replaced by a file (a bad sync, a stray copy) took that
+    table's rows out of the analysis without a word, exit 0."""
+    target = bucket / "processes"
+    if level == "host":
+        target = next(target.glob("date=*/host=*"))
+    shutil.rmtree(target)
+    target.write_text("x")
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    (line,) = [x for x in doc["run"]["incomplete"] if str(target) in x]
+    assert "a folder of the bucket's layout that is a file or cannot be listed" in line

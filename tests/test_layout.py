@@ -122,7 +122,7 @@ def _check(tmp_path, name: str) -> str | None:
 
 
 def test_schema_check_names_what_is_wrong(tmp_path) -> None:
-    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=x"
     good = to_arrow("gpu_samples", _rows(3))
     _write_raw(folder / "ok.parquet", good, _meta())
     (folder / "empty.parquet").write_bytes(b"")
@@ -162,7 +162,9 @@ def test_footer_gives_time_range_and_replaced_files(tmp_path) -> None:
     assert c.replaces == []
     folder = f.parent
     meta = {**_meta(), layout.REPLACES_KEY: json.dumps([f.name]).encode()}
-    _write_raw(folder / "gpu_samples-compact-x.parquet", to_arrow("gpu_samples", _rows(4)), meta)
+    _write_raw(
+        folder / "gpu_samples-compact-x.parquet", to_arrow("gpu_samples", _rows(4, host="h")), meta
+    )
     good, bad = filecheck.live(
         filecheck.check_all(layout.list_entries(str(tmp_path), "gpu_samples"))
     )
@@ -174,7 +176,7 @@ def test_footer_tells_which_files_can_name_a_pod(tmp_path) -> None:
     no pod; one pod in any row group does. The stored check keeps the answer."""
     from analyzer import tierindex
 
-    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=x"
     rows = _rows(6)
     _write_raw(folder / "none.parquet", to_arrow("gpu_samples", rows), _meta())
     labelled = [{**r, "pod": "srv-a" if i == 5 else None} for i, r in enumerate(rows)]
@@ -222,7 +224,7 @@ def test_stored_checks_are_tied_to_the_check_version(monkeypatch) -> None:
 def test_files_written_alike_have_one_schema(tmp_path) -> None:
     """Files of the same columns, order and types share a schema hash (read without
     reconciling); one that lacks an optional column or stores another time unit does not."""
-    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=h"
+    folder = tmp_path / "gpu_samples" / "date=2026-03-01" / "host=x"
     good = to_arrow("gpu_samples", _rows(3))
     for i in range(3):
         _write_raw(folder / f"same{i}.parquet", to_arrow("gpu_samples", _rows(2 + i)), _meta())
