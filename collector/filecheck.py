@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +76,14 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     if not entry.host_dir and entry.day == dt.date.min:  # layout.list_entries' bad folder
         res.problem = "a folder of the bucket's layout that is a file or cannot be listed"
         return res
+    if fs is None:
+        try:
+            mode: int | None = os.stat(entry.path).st_mode
+        except OSError:
+            mode = None  # gone, or a dangling link: the footer read below says why
+        if mode is not None and not stat.S_ISREG(mode):  # a FIFO would block the read
+            res.problem = "not a regular file (a FIFO, socket or device is never read)"
+            return res
     try:
         if fs is not None:
             with fs.open_input_file(entry.path) as f:

@@ -131,6 +131,7 @@ BAD_FILES = {
         "its rows are of host 'elsewhere', its folder says",
     ),
     "dangling-link": (lambda p: p.symlink_to(p.parent / "gone.parquet"), "unreadable Parquet"),
+    "fifo": (os.mkfifo, "not a regular file"),  # its footer read would block for good
 }
 
 
