@@ -123,11 +123,14 @@ def checked_files(
     """(readable files of a table in scope, files left out because they do not match);
     ``index``: the footer checks the last ``leakreport rollup`` stored."""
     entries = layout.list_entries(
-        root_of(bucket, fs), table, fs, scope.date_filter, scope.host_filter
+        root_of(bucket, fs), table, fs, scope.date_filter, scope.host_filter, bad_folders=True
     )
     if index is None:
         return filecheck.live(filecheck.check_all(entries, fs))
-    return filecheck.live(index.checks(entries, lambda es: filecheck.check_all(es, fs)))
+    folders = [e for e in entries if e.day == dt.date.min]  # unlistable folders: no day to index
+    files = [e for e in entries if e.day != dt.date.min]
+    checks = index.checks(files, lambda es: filecheck.check_all(es, fs))
+    return filecheck.live(checks + filecheck.check_all(folders, fs))
 
 
 @dataclass

@@ -60,12 +60,17 @@ Group = tuple[str, dt.date, str]  # table, date, encoded host folder
 
 
 def groups(
-    root: str, before: dt.date, fs: Any = None, tables: list[str] | None = None
+    root: str,
+    before: dt.date,
+    fs: Any = None,
+    tables: list[str] | None = None,
+    bad_folders: bool = False,
 ) -> dict[Group, list[layout.Entry]]:
-    """Finished table/date/host folders (days before ``before``) and their files."""
+    """Finished table/date/host folders (days before ``before``) and their files; with
+    ``bad_folders``, those that cannot be listed too (one group, named by its checks)."""
     out: dict[Group, list[layout.Entry]] = {}
     for name in tables or list(TABLES):
-        for e in layout.list_entries(root, name, fs, lambda d: d < before):
+        for e in layout.list_entries(root, name, fs, lambda d: d < before, bad_folders=bad_folders):
             out.setdefault((e.table, e.day, e.host_dir), []).append(e)
     return out
 
@@ -178,7 +183,7 @@ def compact(
         raise CompactError(f"{bucket}: no such bucket folder")
     root = root_of(bucket, fs)
     try:
-        todo = groups(root, before, fs)
+        todo = groups(root, before, fs, bad_folders=True)
     except OSError as e:
         raise CompactError(f"{bucket}: cannot list the bucket: {e}") from e
     if fs is None:

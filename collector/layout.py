@@ -177,10 +177,13 @@ def list_entries(
     fs: Any = None,
     date_ok: DateOk = _all,
     host_ok: HostOk = _all,
+    bad_folders: bool = False,
 ) -> list[Entry]:
     """A table's files (temporary ones left out), pruned by date and by the real host
     name before anything is opened. ``root`` is a folder, or ``bucket/prefix`` on
-    the pyarrow filesystem ``fs`` (S3: one recursive listing)."""
+    the pyarrow filesystem ``fs`` (S3: one recursive listing). ``bad_folders``: a local
+    table, date or host folder in scope that is a file or cannot be listed comes as an
+    entry of its own (day ``date.min``, no host folder), which no footer check passes."""
     out: list[Entry] = []
     if fs is not None:
         from pyarrow.fs import FileSelector, FileType
@@ -199,9 +202,17 @@ def list_entries(
         for f in _listdir(hdir, bad):
             if _is_trace(f):
                 out.append(Entry(os.path.join(hdir, f), table, day, hv))
-    # each stands as an entry of its own, which no footer check passes: named, left out
-    out += [Entry(b, table, dt.date.min, "") for b in bad]
+    if bad_folders:
+        out += [Entry(b, table, dt.date.min, "") for b in bad if _bad_in_scope(b, date_ok, host_ok)]
     return out
+
+
+def _bad_in_scope(path: str, date_ok: DateOk, host_ok: HostOk) -> bool:
+    """Is a folder that could not be listed in scope, as far as its name tells?"""
+    name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    hv = _value(name, "host")
+    day = _day(_value(name, "date") or _value(parent, "date") or "")
+    return (day is None or date_ok(day)) and (hv is None or host_ok(decode_host(hv)))
 
 
 def folder_entries(

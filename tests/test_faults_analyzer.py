@@ -473,3 +473,10 @@ def test_a_folder_that_is_a_file_is_named_not_taken_for_no_data(bucket, level) -
     assert r.returncode == 3, r.stderr
     (line,) = [x for x in doc["run"]["incomplete"] if str(target) in x]
     assert "a folder of the bucket's layout that is a file or cannot be listed" in line
+    if level == "host":  # out of a --host scope, it is none of that analysis' business
+        other = target.parent / "host=other"
+        shutil.copytree(next((bucket / "gpu_samples").glob("date=*/host=*")), other)
+        r, doc = _analyze(bucket, "--host", "other")
+        assert not [x for x in doc["run"]["incomplete"] if str(target) in x], doc["run"]
+    r = _cli("rollup", str(bucket), "--before", "2100-01-01")  # no day of year 1 is made of it
+    assert not list(bucket.rglob("*0001-01-01*")), r.stderr
