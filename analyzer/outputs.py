@@ -129,9 +129,13 @@ def textfile(doc: FindingsDocument, now: dt.datetime | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def check_textfile_name(path: str | Path) -> None:
+    """Raise ValueError unless ``path`` is a *.prom file (node_exporter ignores others)."""
+    if not re.search(r"\.prom$", Path(path).name):
+        raise ValueError(f"{path}: node_exporter's textfile collector reads only *.prom files")
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
     """Write a textfile-collector file (*.prom only: node_exporter ignores other names)."""
-    p = Path(path)
-    if not re.search(r"\.prom$", p.name):
-        raise ValueError(f"{p}: node_exporter's textfile collector reads only *.prom files")
-    return _write_atomic(p, text)
+    check_textfile_name(path)
+    return _write_atomic(Path(path), text)

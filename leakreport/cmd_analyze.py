@@ -98,8 +98,11 @@ def analyze(
 
     writable_out(out)
     writable_out(textfile, "--textfile")
-    if textfile and not textfile.endswith(".prom"):
-        die(f"--textfile {textfile}: node_exporter's textfile collector reads only *.prom files")
+    if textfile:
+        try:
+            outputs.check_textfile_name(textfile)
+        except ValueError as e:
+            die(f"--textfile: {e}")
     doc = run_analysis(bucket, opts)
     if fmt == "json":
         text = doc.to_json()
