@@ -127,8 +127,8 @@ def checked_files(
     )
     if index is None:
         return filecheck.live(filecheck.check_all(entries, fs))
-    folders = [e for e in entries if e.day == dt.date.min]  # unlistable folders: no day to index
-    files = [e for e in entries if e.day != dt.date.min]
+    folders = [e for e in entries if e.unlisted]  # no day to index them by
+    files = [e for e in entries if not e.unlisted]
     checks = index.checks(files, lambda es: filecheck.check_all(es, fs))
     return filecheck.live(checks + filecheck.check_all(folders, fs))
 

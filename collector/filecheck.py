@@ -73,7 +73,7 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     the declared table of the same name). Never raises for a bad file."""
     res = FileCheck(entry)
     spec = spec or TABLES.get(entry.table)
-    if not entry.host_dir and entry.day == dt.date.min:  # layout.list_entries' bad folder
+    if entry.unlisted:
         res.problem = "a folder of the bucket's layout that is a file or cannot be listed"
         return res
     if fs is None:

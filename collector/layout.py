@@ -115,6 +115,12 @@ class Entry:
         return decode_host(self.host_dir)
 
     @property
+    def unlisted(self) -> bool:
+        """A table, date or host folder that is a file or cannot be listed, standing as an
+        entry of its own (``list_entries(bad_folders=True)``): no day, no host folder."""
+        return self.day == dt.date.min and not self.host_dir
+
+    @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
