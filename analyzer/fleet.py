@@ -151,24 +151,20 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
     cohorts = {h.host: cohort_of(h) for h in cur.hosts}
     verdicts = gpu_verdicts(cur)
     host_leaks = {v.host for v in verdicts if v.is_leak}
-    rate = {  # GPU memory leak rates (a host RAM rate is no GPU's)
-        (v.host, v.gpu): v.rate_mib_per_h
-        for v in verdicts
-        if v.rate_mib_per_h is not None and v.rate_rule != "HR001"
-    }
+    rate = {(v.host, v.gpu): v.gpu_rate for v in verdicts if v.gpu_rate is not None}
     ranking = [
         GpuRank(
             v.host,
             v.gpu,
             " / ".join(cohorts.get(v.host, ("?",) * 5)),
-            v.rate_mib_per_h if v.rate_rule != "HR001" else None,
+            v.gpu_rate,
             v.hours_to_oom,
             v.categories,
             verdict=v.verdict,
             severity=v.severity,
             oom_at=v.oom_at,
             oom_estimated=v.oom_rule not in (None, "OF001"),
-            host_ram_mib_per_h=v.rate_mib_per_h if v.rate_rule == "HR001" else None,
+            host_ram_mib_per_h=v.rate_mib_per_h if v.host_ram else None,
         )
         for v in verdicts
         if v.is_leak
@@ -281,6 +277,16 @@ class GpuVerdict:
     @property
     def is_leak(self) -> bool:
         return any(c in RATED for c in self.categories)
+
+    @property
+    def host_ram(self) -> bool:
+        """Its rate is the server's host RAM growth (HR001), not the GPU's memory."""
+        return self.rate_rule == "HR001"
+
+    @property
+    def gpu_rate(self) -> float | None:
+        """The GPU memory leak rate: None where the rate is host RAM's."""
+        return None if self.host_ram else self.rate_mib_per_h
 
 
 def _owner_gpu(f: Finding, gpus: list[int]) -> list[int | None]:

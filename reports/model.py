@@ -157,7 +157,7 @@ def _finding_view(i: int, f: Finding) -> FindingView:
 def _rate(v: GpuVerdict) -> tuple[str, str]:
     if v.rate_mib_per_h is None:
         return "—", ""
-    note = "host RAM" if v.rate_rule == "HR001" else f"from {v.rate_rule}"
+    note = "host RAM" if v.host_ram else f"from {v.rate_rule}"
     return f"{v.rate_mib_per_h:,.0f} MiB/h", note
 
 
@@ -236,7 +236,7 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
                 f"GPUs {gs[0]}–{gs[-1]} (tensor-parallel ranks overlaid)" if len(gs) > 1
                 else f"GPU {gs[0]}" + (f" ({ss[0].gpu_name})" if ss[0].gpu_name else "")
             )  # fmt: skip
-            rate = lead.rate_mib_per_h if lead and lead.rate_rule != "HR001" else None
+            rate = lead.gpu_rate if lead else None
             oom_t = None  # the table's forecast, from the end of the lead GPU's samples
             if lead and lead.hours_to_oom is not None:
                 end = next((s.data_end for s in ss if s.gpu == lead.gpu), None)
