@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector import layout
 from collector.layout import FLEET_DIR, REPLACES_KEY, SCHEMA_KEY, TABLE_KEY, Entry, encode_host
 from collector.schema import SCHEMA_VERSION, TABLES, Table
 
@@ -74,7 +75,7 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     res = FileCheck(entry)
     spec = spec or TABLES.get(entry.table)
     if entry.unlisted:
-        res.problem = "a folder of the bucket's layout that is a file or cannot be listed"
+        res.problem = entry.why or layout.UNLISTABLE
         return res
     if fs is None:
         try:

@@ -109,6 +109,7 @@ class Entry:
     host_dir: str  # the encoded folder name after ``host=``
     # (size, mtime in ns) where the listing gave them for free (S3); not part of equality
     stamp: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    why: str = field(default="", compare=False)  # an unlisted entry's fault, where known
 
     @property
     def host(self) -> str:
@@ -141,11 +142,8 @@ def parse(relpath: str) -> tuple[str, dt.date, str, str] | None:
     table, dv, hv, name = parts[-4], _value(parts[-3], "date"), _value(parts[-2], "host"), parts[-1]
     if dv is None or hv is None or not name.endswith(".parquet") or name.startswith(TMP_PREFIX):
         return None
-    try:
-        day = dt.date.fromisoformat(dv)
-    except ValueError:
-        return None
-    return table, day, hv, name
+    day = parse_day(dv)
+    return None if day is None else (table, day, hv, name)
 
 
 DateOk = Callable[[dt.date], bool]
@@ -191,33 +189,68 @@ def list_entries(
     table, date or host folder in scope that is a file or cannot be listed comes as an
     entry of its own (day ``date.min``, no host folder), which no footer check passes."""
     out: list[Entry] = []
+    bad: list[tuple[str, str]] = []  # (path, why): what the layout cannot place
     if fs is not None:
         from pyarrow.fs import FileSelector, FileType
 
-        for base in _s3_prefixes(fs, f"{root}/{table}".strip("/"), date_ok, host_ok):
+        base_table = f"{root}/{table}".strip("/")
+        for base in _s3_prefixes(fs, base_table, date_ok, host_ok):
             sel = FileSelector(base, recursive=True, allow_not_found=True)
             for info in fs.get_file_info(sel):
-                p = parse(info.path) if info.type == FileType.File else None
+                if info.type != FileType.File:
+                    continue
+                p = parse(info.path)
                 if p and p[0] == table and date_ok(p[1]) and host_ok(decode_host(p[2])):
                     mtime = info.mtime_ns
                     stamp = (info.size, mtime) if info.size is not None and mtime else None
                     out.append(Entry(info.path, table, p[1], p[2], stamp))
-        return sorted(out, key=lambda e: e.path)
-    bad: list[str] = []  # folders of the layout that are files, or cannot be listed
-    for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok, bad=bad):
-        for f in _listdir(hdir, bad):
-            if _is_trace(f):
-                out.append(Entry(os.path.join(hdir, f), table, day, hv))
+                elif not p and _is_trace(info.base_name):
+                    rel = info.path[len(base_table) + 1 :]
+                    if not any(_hidden(x) for x in rel.split("/")):
+                        bad.append((info.path, MISPLACED))
+    else:
+        for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok, bad=bad):
+            for f in _listdir(hdir, bad):
+                if _is_trace(f):
+                    out.append(Entry(os.path.join(hdir, f), table, day, hv))
+                elif _holds_data(os.path.join(hdir, f)):  # a folder inside a host folder
+                    bad.append((os.path.join(hdir, f), MISPLACED))
     if bad_folders:
-        out += [Entry(b, table, dt.date.min, "") for b in bad if _bad_in_scope(b, date_ok, host_ok)]
-    return out
+        out += [
+            Entry(b, table, dt.date.min, "", why=why)
+            for b, why in bad
+            if _bad_in_scope(b, date_ok, host_ok)
+        ]
+    return sorted(out, key=lambda e: e.path) if fs is not None else out
+
+
+UNLISTABLE = "a folder of the bucket's layout that is a file or cannot be listed"
+MISPLACED = "Parquet data outside the bucket's layout (TABLE/date=YYYY-MM-DD/host=NAME/*.parquet)"
+
+
+def _hidden(name: str) -> bool:
+    """Names the layout passes over, as Hive-style readers do: ``.x`` and ``_x``."""
+    return name.startswith((".", "_"))
+
+
+def _holds_data(path: str) -> bool:
+    """Is there a Parquet file at or under ``path`` (hidden names passed over)?"""
+    if _hidden(os.path.basename(path)):
+        return False
+    if not os.path.isdir(path):
+        return _is_trace(os.path.basename(path))
+    for _dir, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        if any(_is_trace(f) and not _hidden(f) for f in files):
+            return True
+    return False
 
 
 def _bad_in_scope(path: str, date_ok: DateOk, host_ok: HostOk) -> bool:
-    """Is a folder that could not be listed in scope, as far as its name tells?"""
-    name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
-    hv = _value(name, "host")
-    day = _day(_value(name, "date") or _value(parent, "date") or "")
+    """Is a path the layout could not place in scope, as far as its folder names tell?"""
+    parts = path.replace(os.sep, "/").split("/")[-3:]
+    hv = next((v for x in parts if (v := _value(x, "host")) is not None), None)
+    day = next((d for x in parts if (d := parse_day(_value(x, "date") or "")) is not None), None)
     return (day is None or date_ok(day)) and (hv is None or host_ok(decode_host(hv)))
 
 
@@ -248,7 +281,7 @@ def _s3_prefixes(fs: Any, base: str, date_ok: DateOk, host_ok: HostOk) -> list[s
     if date_ok is _all:
         return [base]
     days = _s3_dirs(fs, base, "date")
-    keep = [d for v, d in days if (day := _day(v)) is not None and date_ok(day)]
+    keep = [d for v, d in days if (day := parse_day(v)) is not None and date_ok(day)]
     if 2 * len(keep) > len(days):
         return [base]
     if host_ok is _all:
@@ -274,7 +307,11 @@ def _s3_dirs(fs: Any, prefix: str, key: str) -> list[tuple[str, str]]:
     return out
 
 
-def _day(value: str) -> dt.date | None:
+def parse_day(value: str) -> dt.date | None:
+    """A day spelt ``YYYY-MM-DD`` only, as ``date=`` folders are (and ``--since``): Python's
+    ``fromisoformat`` also takes ``20261124`` and ``2026-W48-1``, no folder of ours."""
+    if len(value) != 10 or value[4] != "-" or value[7] != "-":
+        return None
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
@@ -291,17 +328,17 @@ def _host_dirs(
     date_ok: DateOk,
     host_ok: HostOk,
     skip: Container[str] = (),
-    bad: list[str] | None = None,
+    bad: list[tuple[str, str]] | None = None,
 ) -> Iterator[tuple[dt.date, str, str]]:
     """(day, host folder value, folder path) of a local table's host folders in scope;
     hosts in ``skip`` (real names) are passed over; folders that cannot be listed go
     into ``bad``, where given."""
     tdir = os.path.join(root, table)
     for date_name in _listdir(tdir, bad):
-        dv = _value(date_name, "date")
-        try:
-            day = dt.date.fromisoformat(dv or "")
-        except ValueError:
+        day = parse_day(_value(date_name, "date") or "")
+        if day is None:
+            if bad is not None and _holds_data(os.path.join(tdir, date_name)):
+                bad.append((os.path.join(tdir, date_name), MISPLACED))
             continue
         if not date_ok(day):
             continue
@@ -309,6 +346,8 @@ def _host_dirs(
         for host_name in _listdir(ddir, bad):
             hv = _value(host_name, "host")
             if hv is None:
+                if bad is not None and _holds_data(os.path.join(ddir, host_name)):
+                    bad.append((os.path.join(ddir, host_name), MISPLACED))
                 continue
             host = decode_host(hv)
             if host in skip or not host_ok(host):
@@ -316,7 +355,7 @@ def _host_dirs(
             yield day, hv, os.path.join(ddir, host_name)
 
 
-def _listdir(d: str, bad: list[str] | None = None) -> list[str]:
+def _listdir(d: str, bad: list[tuple[str, str]] | None = None) -> list[str]:
     """Folders and Parquet files in ``d``; where ``bad`` is given, ``d`` goes into it when
     it is a file or cannot be listed (else that is passed over as empty)."""
     try:
@@ -329,7 +368,7 @@ def _listdir(d: str, bad: list[str] | None = None) -> list[str]:
         return []
     except OSError:  # a file where a folder goes, or no permission to list it
         if bad is not None:
-            bad.append(d)
+            bad.append((d, UNLISTABLE))
         return []
 
 

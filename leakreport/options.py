@@ -13,6 +13,7 @@ import click
 
 from analyzer.categories import SEVERITIES
 from analyzer.memory import MIN_BUDGET_TEXT, PYTHON_RESERVE, TooSmall, mib, parse_memory_limit
+from collector import layout
 
 FAIL_ON = [*SEVERITIES, "never"]
 
@@ -20,10 +21,10 @@ FAIL_ON = [*SEVERITIES, "never"]
 def parse_date(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dt.date | None:
     if value is None:
         return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+    day = layout.parse_day(value)
+    if day is None:
+        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)")
+    return day
 
 
 def parse_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

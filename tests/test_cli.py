@@ -100,6 +100,10 @@ def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
         ),
         (["analyze", "{bucket}", "--pack", "/nonexistent/pack"], "no such pack"),
         (["analyze", "{bucket}", "--since", "yesterday"], "not a date"),
+        # Python's fromisoformat takes these; a date= folder never has them
+        (["analyze", "{bucket}", "--since", "20261124"], "not a date"),
+        (["analyze", "{bucket}", "--until", "2026-W48-1"], "not a date"),
+        (["compact", "{bucket}", "--before", "2026-W48"], "not a date"),
         (["simulate", "--scenario", "nope", "--out", "{tmp}"], "no scenario 'nope'"),
     ],
 )

@@ -480,3 +480,37 @@ def test_a_folder_that_is_a_file_is_named_not_taken_for_no_data(bucket, level) -
         assert not [x for x in doc["run"]["incomplete"] if str(target) in x], doc["run"]
     r = _cli("rollup", str(bucket), "--before", "2100-01-01")  # no day of year 1 is made of it
     assert not list(bucket.rglob("*0001-01-01*")), r.stderr
+
+
+def test_parquet_data_outside_the_layout_is_named_not_skipped(bucket) -> None:
+    """A date folder that is not a date, a table copied without its date= level, a file
+    loose in a date folder: their rows were skipped without a word, exit 0. Hidden names
+    (_x, .x, as Hive readers pass them over) and folders with no Parquet file stay quiet."""
+    src = next((bucket / "processes").glob("date=*/host=*/*.parquet"))
+    day = src.parent.parent
+    wrong = {
+        bucket / "processes" / "date=20261124" / src.parent.name / src.name: True,
+        bucket / "processes" / day.name.removeprefix("date=") / "x" / src.name: True,
+        day / "loose.parquet": True,
+        src.parent / "nested" / src.name: True,
+        bucket / "processes" / "_staging" / src.name: False,
+        day / ".trash" / src.name: False,
+    }
+    for path in wrong:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, path)
+    (bucket / "processes" / "notes").mkdir()  # no data in it
+    (bucket / "processes" / "notes" / "README.txt").write_text("x")
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    named = {x.rsplit(": ", 1)[0] for x in doc["run"]["incomplete"] if "outside the bucket" in x}
+    want = {
+        "file left out: " + str(bucket / "processes" / "date=20261124"),
+        "file left out: " + str(bucket / "processes" / day.name.removeprefix("date=")),
+        "file left out: " + str(day / "loose.parquet"),
+        "file left out: " + str(src.parent / "nested"),
+    }
+    assert named == want, doc["run"]["incomplete"]
+    r = _cli("compact", str(bucket), "--before", "2100-01-01")
+    assert r.returncode == 3 and "date=20261124" in r.stderr, r.stderr
+    assert (bucket / "processes" / "date=20261124").exists()  # left as it is

@@ -135,3 +135,22 @@ def test_objects_are_staged_several_at_a_time_whole_or_not_at_all(buckets, tmp_p
     with pytest.raises(OSError):
         stage(s3, [keys[0], missing], tmp_path / "other")
     assert not (tmp_path / "other" / missing).exists()
+
+
+@pytest.mark.parametrize(
+    "scope, named", [("everything", True), ("one day", False), ("one host", True)]
+)
+def test_parquet_outside_the_layout_is_named_not_skipped(buckets, scope: str, named: bool) -> None:
+    """A .parquet key or file the layout cannot place (here loose in a date folder) comes
+    back as an unlisted entry saying why, on S3 as in a folder; the day of the stray file
+    (2026-11-02) is not in "one day" (DAYS[3]); a file of no host may be any host's."""
+    local, s3 = buckets
+    date_ok, host_ok = SCOPES[scope]
+    for root, fs in ((local, None), (BUCKET, s3)):
+        got = layout.list_entries(root, "gpu_samples", fs, date_ok, host_ok, bad_folders=True)
+        bad = [e for e in got if e.unlisted]
+        want = ["gpu_samples/date=2026-11-02/stray.parquet"] if named else []
+        assert [e.path.removeprefix(root).strip("/") for e in bad] == want, fs
+        assert all(e.why == layout.MISPLACED for e in bad)
+        plain = layout.list_entries(root, "gpu_samples", fs, date_ok, host_ok)
+        assert [e for e in got if not e.unlisted] == plain  # nothing else changes
