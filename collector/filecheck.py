@@ -58,7 +58,7 @@ def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
 
 # bump whenever check_file's verdict on the same bytes can change: stored checks
 # (analyzer.tierindex) made by another version are then not used
-CHECK_VERSION = 2
+CHECK_VERSION = 3  # 3: a file's rows must be of its folder's day
 
 
 def check_fingerprint() -> str:
@@ -127,6 +127,11 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     if res.host is not None and entry.host_dir not in (FLEET_DIR, encode_host(res.host)):
         # --host and the batches go by the folder: rows of another host would slip in
         res.problem = f"its rows are of host {res.host!r}, its folder says {entry.host!r}"
+        return res
+    days = {t.astimezone(dt.UTC).date() for t in (res.ts_min, res.ts_max) if t is not None}
+    if days - {entry.day}:  # writers split rows by UTC day: these were moved by hand
+        span = " to ".join(sorted({str(d) for d in days}))
+        res.problem = f"its rows are of {span} (UTC), its folder says date={entry.day}"
         return res
     res.pods = _maybe_set(md, schema.get_field_index("pod"))
     tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object

@@ -514,3 +514,17 @@ def test_parquet_data_outside_the_layout_is_named_not_skipped(bucket) -> None:
     r = _cli("compact", str(bucket), "--before", "2100-01-01")
     assert r.returncode == 3 and "date=20261124" in r.stderr, r.stderr
     assert (bucket / "processes" / "date=20261124").exists()  # left as it is
+
+
+def test_a_file_in_another_days_folder_is_named(bucket) -> None:
+    """Writers split rows by UTC day; a file moved by hand into another date= folder put
+    its rows in the wrong day's scope and tier, without a word."""
+    src = next((bucket / "processes").glob("date=*/host=*/*.parquet"))
+    day = dt.date.fromisoformat(src.parent.parent.name.removeprefix("date="))
+    other = src.parent.parent.parent / f"date={day + dt.timedelta(days=3)}" / src.parent.name
+    other.mkdir(parents=True)
+    shutil.move(src, other / src.name)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    (line,) = [x for x in doc["run"]["incomplete"] if src.name in x]
+    assert f"its rows are of {day} (UTC), its folder says date={day + dt.timedelta(days=3)}" in line
