@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
+from collector.layout import encode_host
 
 FINDINGS_SCHEMA_VERSION = 1
 
@@ -206,6 +207,19 @@ def host_reason(host: str, what: str) -> str:
     return f"host {host}: {what}"
 
 
+LEFT_OUT = "file left out: "  # + "path: why", a reason of ``run.incomplete``
+
+
+def _left_out_of(reason: str, host: str) -> bool:
+    """Is this reason a file left out that may hold rows of ``host``: in its host folder,
+    or in no host folder at all (a table or date folder, loose data)?"""
+    if not reason.startswith(LEFT_OUT):
+        return False
+    path = reason[len(LEFT_OUT) :].split(": ", 1)[0]
+    folders = [x.removeprefix("host=") for x in path.split("/") if x.startswith("host=")]
+    return not folders or encode_host(host) in folders
+
+
 @dataclass
 class FindingsDocument:
     run: RunInfo
@@ -234,9 +248,10 @@ class FindingsDocument:
         return bool(self.hosts) or any(n for t, n in self.run.tables.items() if t != RUNS_TABLE)
 
     def host_reasons(self, host: str) -> list[str]:
-        """The reasons in ``run.incomplete`` about one host (written by :func:`host_reason`)."""
+        """The reasons in ``run.incomplete`` about one host: written by :func:`host_reason`,
+        or a file left out that may hold its rows."""
         head = host_reason(host, "")
-        return [r for r in self.run.incomplete if r.startswith(head)]
+        return [r for r in self.run.incomplete if r.startswith(head) or _left_out_of(r, host)]
 
     def incomplete_reasons(self) -> list[str]:
         """Why this analysis did not check everything in scope (empty: it did)."""

@@ -18,6 +18,7 @@ import duckdb
 from analyzer import __version__, coverage, logevents, memory, pods, rollup, rowcheck, series
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
+    LEFT_OUT,
     Finding,
     FindingsDocument,
     PackInfo,
@@ -379,7 +380,7 @@ def _analyze(
             with rowcheck.checked(opened):  # the first to read allocator_snapshots
                 series.fill(con, doc)
             lap("series")
-        doc.run.incomplete += [f"file left out: {line}" for line in opened.skipped]
+        doc.run.incomplete += [f"{LEFT_OUT}{line}" for line in opened.skipped]
         doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined
         return doc

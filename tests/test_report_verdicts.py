@@ -122,3 +122,32 @@ def test_evidence_values_read_as_what_they_are() -> None:
     assert format_value("rate_mib_per_h_before", 2203.4) == "2,203.4 MiB/h"
     assert format_value("pods", ["ns/a", "ns/b"]) == "ns/a, ns/b"
     assert format_value("growth_mib", 1234) == "1,234 MiB"  # quantities keep their separator
+
+
+def test_a_host_whose_files_were_left_out_is_not_no_leak_found() -> None:
+    """The top verdict was not green, but the host's own card still read "no leak found"
+    when files of its folder (or of no host folder) were left out."""
+    doc = _doc(["gpu/1", "b"])
+    doc.run.incomplete = [
+        "file left out: /bk/processes/date=2026-11-30/host=gpu%2F1/p.parquet: truncated"
+    ]
+    cards = _cards(render_report(doc, generated_at=FIXED))
+    assert "not fully checked" in cards["gpu/1"] and "not fully checked" not in cards["b"]
+    assert "no leak found" in cards["b"]
+    doc.run.incomplete = ["file left out: /bk/processes: a folder that is a file (any host's)"]
+    cards = _cards(render_report(doc, generated_at=FIXED))
+    assert all("not fully checked" in c for c in cards.values()), cards
+
+
+def _cards(html: str) -> dict[str, str]:
+    """Each host's row of the hosts table: host name -> its verdict cell's text."""
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", html.split('id="hosts"', 1)[1], flags=re.S)
+    out = {}
+    for r in rows:
+        cells = [
+            re.sub(r"<[^>]+>", "", c).strip()
+            for c in re.findall(r"<td[^>]*>(.*?)</td>", r, flags=re.S)
+        ]
+        if cells:
+            out[cells[0]] = " ".join(cells)
+    return out
