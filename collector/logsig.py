@@ -82,7 +82,10 @@ _ANSI = re.compile(ANSI)
 
 
 def plain(text: str) -> str:
-    """The line without terminal colour codes (vLLM colours its level and its stamp)."""
+    """The line without terminal colour codes (vLLM colours its level and its stamp) and
+    without leading NULs: the hole a copytruncate leaves before a server's next line
+    when it writes its log without O_APPEND (``server > log``)."""
+    text = text.lstrip("\0")
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 

@@ -159,6 +159,8 @@ class _Reader:
         pos = start
         buf = b""
         while True:
+            if not buf:  # a hole (see _data_from) is never read
+                pos = _data_from(f, pos)
             if self.out_of_time():
                 if f.tell() >= os.fstat(f.fileno()).st_size:  # read to the end: not a stop
                     return pos, True
@@ -181,6 +183,7 @@ class _Reader:
     def _keep(self, raw: bytes, pos: int, inode: int, fid: bytes) -> None:
         res = self.res
         res.lines += 1
+        raw = raw.lstrip(b"\0")  # the end of a hole (see _data_from) before the line
         truncated = len(raw) > MAX_LINE
         text = logsig.plain(raw[:MAX_LINE].decode(errors="replace").rstrip("\r"))  # (UTF-8)
         sig = self.sig.match(text)
@@ -200,6 +203,27 @@ class _Reader:
                 "truncated": truncated,
             }
         )
+
+
+def _data_from(f: IO[bytes], pos: int) -> int:
+    """Where data starts at or after ``pos``, seeking ``f`` there. A server writing its log
+    without O_APPEND (``server > log``) goes on at its old offset after a copytruncate,
+    leaving a hole of zeros as long as the log was: it is skipped, not read (a file
+    system without holes reads them as NULs, which lines shed)."""
+    peek = getattr(f, "peek", None)
+    if peek is None or peek(1)[:1] != b"\0":
+        return pos
+    fd = f.fileno()
+    raw_at = os.lseek(fd, 0, os.SEEK_CUR)  # where the buffered reader left the descriptor
+    try:
+        data = os.lseek(fd, pos, os.SEEK_DATA)
+    except (OSError, AttributeError):  # ENXIO: only a hole (or nothing) after pos
+        data = pos
+    finally:
+        os.lseek(fd, raw_at, os.SEEK_SET)  # as the buffered reader believes it to be
+    if data > pos:
+        f.seek(data)
+    return max(data, pos)
 
 
 def _find(cands: list[Gen], cur: Cursor, by_inode: bool) -> int | None:

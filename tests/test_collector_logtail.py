@@ -147,6 +147,37 @@ def test_copytruncate_reads_the_tail_from_the_copy_and_keeps_the_first_new_line(
     assert r1.rows[0]["offset"] == r2.rows[2]["offset"] == 0
 
 
+def test_copytruncate_of_a_log_written_without_append_skips_the_hole(tmp_path) -> None:
+    """``server > log`` (no O_APPEND): after a copytruncate the server goes on writing at
+    its old offset, so the log starts with a hole of zeros as long as it was. The first
+    new line kept those NULs (26 KB of them, and no time of its own); a hole past the
+    byte budget would take runs to read. It is skipped and the line is clean."""
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 3))
+    r1 = tail(str(log), None, NOW, "h")
+    (tmp_path / "server.log.1").write_bytes(log.read_bytes())
+    old_end = 48 << 20  # where the server's descriptor still points
+    with open(log, "r+b") as f:
+        f.truncate(0)
+        f.seek(old_end)
+        f.write(_lines(3, 5).encode())
+    r2 = tail(str(log), r1.cursor, NOW, "h", max_bytes=1 << 20)
+    assert _all([r1, r2]) == [0, 1, 2, 3, 4] and not r2.stopped, r2.notes
+    assert [r["text"] + "\n" for r in r2.rows] == [BATCH.format(n=3), BATCH.format(n=4)]
+    assert r2.cursor["offset"] == os.path.getsize(log)
+    _write(log, _lines(5, 6))
+    assert _all([tail(str(log), r2.cursor, NOW, "h")]) == [5]
+
+
+def test_nul_bytes_before_a_line_are_shed_where_holes_are_read_as_data(tmp_path) -> None:
+    """A file system without holes (or a copy of the log) gives the zeros as bytes."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"\0" * 70_000 + _lines(0, 2).encode())  # past one line's 64 KiB cut
+    r = tail(str(log), None, NOW, "h")
+    assert [x["text"] + "\n" for x in r.rows] == [BATCH.format(n=0), BATCH.format(n=1)]
+    assert not any(x["truncated"] for x in r.rows)
+
+
 def test_recreated_on_the_same_inode_is_read_from_the_start(tmp_path) -> None:
     log = tmp_path / "server.log"
     _write(log, _lines(0, 2))
