@@ -126,15 +126,22 @@ class Fetch:
 
 
 def _decoded(body: bytes, coding: str, max_bytes: int) -> tuple[bytes, str | None]:
-    """A gzip or deflate body, decoded up to ``max_bytes`` (a small bomb stays small)."""
-    wbits = 16 + zlib.MAX_WBITS if "gzip" in coding else zlib.MAX_WBITS
-    d = zlib.decompressobj(wbits)
-    try:
-        out = d.decompress(body, max_bytes + 1)
-    except zlib.error as e:
-        return b"", f"{coding} body could not be decoded ({e})"
+    """A gzip or deflate body, decoded up to ``max_bytes`` (a small bomb stays small).
+    "deflate" is zlib-wrapped by the standard, raw from some servers: both are read."""
+    tries = [16 + zlib.MAX_WBITS] if "gzip" in coding else [zlib.MAX_WBITS, -zlib.MAX_WBITS]
+    for wbits in tries:
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(body, max_bytes + 1)
+            break
+        except zlib.error as e:
+            err = e
+    else:
+        return b"", f"{coding} body could not be decoded ({err})"
     if len(out) > max_bytes:
         return b"", f"response too large once decoded (over {max_bytes} bytes): not parsed"
+    if not d.eof:  # a cut connection: the page would read as if metrics were gone
+        return b"", f"{coding} body ends before its compressed stream does: not parsed"
     return out, None
 
 

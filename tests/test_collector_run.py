@@ -80,6 +80,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
             body = gzip.compress((CORPUS / self.path[4:]).read_bytes())
             coding = "gzip"
+        elif self.path.startswith("/gzcut/"):  # a connection cut halfway through the body
+            import gzip
+
+            body = gzip.compress((CORPUS / self.path[7:]).read_bytes())
+            body, coding = body[: len(body) // 2], "gzip"
+        elif self.path.startswith(("/zlib/", "/rawdeflate/")):  # "deflate", both ways sent
+            import zlib
+
+            raw = (CORPUS / self.path.split("/", 2)[2]).read_bytes()
+            wbits = zlib.MAX_WBITS if self.path.startswith("/zlib/") else -zlib.MAX_WBITS
+            z = zlib.compressobj(wbits=wbits)
+            body, coding = z.compress(raw) + z.flush(), "deflate"
         else:
             f = CORPUS / self.path.lstrip("/")
             if not f.is_file():
@@ -507,6 +519,14 @@ def test_a_compressed_page_is_read_and_a_page_of_no_engine_is_said(server) -> No
     assert [r["name"] for r in packed.rows] == [r["name"] for r in plain.rows] != []
     node = scrape(f"{server}/node", now, "h")
     assert node.error and "no SGLang or vLLM metrics" in node.error and "2 other" in node.error
+    for way in ("zlib", "rawdeflate"):  # the standard's deflate, and the raw one some send
+        got = scrape(f"{server}/{way}/metrics_sglang.prom", now, "h")
+        assert got.error is None and [r["name"] for r in got.rows] == [
+            r["name"] for r in plain.rows
+        ]
+    # half a page would read as metrics gone missing: refused, and said
+    cut = scrape(f"{server}/gzcut/metrics_sglang.prom", now, "h")
+    assert cut.error and "ends before its compressed stream" in cut.error and not cut.rows
 
 
 def test_ten_megabytes_of_garbage_are_refused_without_filling_memory(server) -> None:
