@@ -31,6 +31,7 @@ from leakreport.options import (
     fail_on_option,
     given_analysis_options,
 )
+from reports import TOP
 
 
 def table(doc: Any) -> str:
@@ -163,9 +164,16 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
 @click.argument("bucket")
 @click.option("--week", required=True, help="ISO week, e.g. 2026-W48 (Monday to Sunday, UTC).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=TOP,
+    show_default=True,
+    help="Rows of each table on the page; the rest are counted (0: every row).",
+)
 @analysis_options(scope=False)
 @verbosity_options
-def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
+def fleet(bucket: str, week: str, out: str, top: int, opts: AnalysisOptions) -> None:
     """Weekly fleet report: soonest OOMs, cohorts, GPUs ranked by leak rate, week over week.
 
     A week with no data writes a page that says so and exits 3. A finished week's
@@ -186,7 +194,7 @@ def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
     week = fleet_mod.week_of(start)  # as stored and titled: 2026-W48, whatever was typed
     writable_out(out)
     bucket_path(bucket)
-    html, cur = fleet_page(bucket, week, opts, console())
+    html, cur = fleet_page(bucket, week, opts, console(), top=top)
     write_out(html, out)
     click.echo(str(Path(out).resolve()))
     if not cur.hosts:
@@ -195,9 +203,12 @@ def fleet(bucket: str, week: str, out: str, opts: AnalysisOptions) -> None:
     sys.exit(exit_code(cur, "never"))
 
 
-def fleet_page(bucket: str, week: str, opts: AnalysisOptions, say: Console) -> tuple[str, Any]:
+def fleet_page(
+    bucket: str, week: str, opts: AnalysisOptions, say: Console, *, top: int = TOP
+) -> tuple[str, Any]:
     """The fleet page of ``week`` (a valid ISO week) and its findings document: the
-    week's and the week before's findings, stored where current, else analysed."""
+    week's and the week before's findings, stored where current, else analysed.
+    ``top``: rows of each table on the page (0: every row)."""
     from analyzer import fleet as fleet_mod
     from reports.fleet import render_fleet
 
@@ -208,7 +219,7 @@ def fleet_page(bucket: str, week: str, opts: AnalysisOptions, say: Console) -> t
     stamp = cur.run.generated_at
     if cur_from == "stored findings":
         stamp += " (findings stored by leakreport rollup)"
-    return render_fleet(view, generated_at=stamp), cur
+    return render_fleet(view, generated_at=stamp, top=top or sys.maxsize), cur
 
 
 def week_findings(

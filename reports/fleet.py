@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from analyzer.fleet import Cohort, FleetView, GpuRank
 from analyzer.progress import plural
+from reports import TOP
 from reports.render import _env, assets
 
 BAR_W = 140
@@ -64,7 +65,7 @@ def _rate(r: float | None) -> str:
     return "—" if r is None else f"{r:,.0f} MiB/h"
 
 
-def render_fleet(view: FleetView, *, generated_at: str = "", top: int = 50) -> str:
+def render_fleet(view: FleetView, *, generated_at: str = "", top: int = TOP) -> str:
     """The weekly page: soonest OOMs first, then cohorts, the ranking, week over week.
     Rates and times to OOM are analyzer.fleet.gpu_verdicts', as on the host report."""
     soonest = view.soonest

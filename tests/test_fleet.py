@@ -169,3 +169,30 @@ def test_each_gpu_series_keeps_its_last_sample(sim_doc) -> None:
     ]
     assert [s.data_end for s in old] == [s.t[-1] for s in sim_doc.series]
     assert FindingsDocument.from_dict(sim_doc.to_dict()).series == sim_doc.series
+
+
+def _ranked(html: str) -> int:
+    section = html.split('id="ranking"', 1)[1].split("</section>", 1)[0]
+    return section.count('<td class="num">') // 2  # the rank and the GPU cells of each row
+
+
+def test_top_caps_the_tables_and_counts_the_rest(sim_bucket, sim_doc, tmp_path) -> None:
+    """The ranking stopped at 50 rows with no way to see the others: --top sets it, 0 is
+    every row, and what is left out is counted with the way to list it."""
+    import re
+
+    from reports.fleet import render_fleet
+
+    view = build("2026-W48", sim_doc)
+    assert len(view.ranking) > 2
+    every = render_fleet(view, top=sys.maxsize)
+    assert _ranked(every) == len(view.ranking) and "not listed" not in every
+    out = tmp_path / "fleet.html"
+    args = [sys.executable, "-m", "leakreport", "fleet", str(sim_bucket[0])]
+    args += ["--week", "2026-W48", "--out", str(out), "--top", "1", "-q"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert _ranked(html) == 1
+    said = re.search(r"(\d+) more leaking GPUs not listed \(<code>--top 0</code>", html)
+    assert said and int(said.group(1)) == len(view.ranking) - 1
