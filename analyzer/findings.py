@@ -207,6 +207,7 @@ def host_reason(host: str, what: str) -> str:
     return f"host {host}: {what}"
 
 
+REPEATED = "repeating another row exactly, given once"  # a rule status' reason: N rows ...
 LEFT_OUT = "file left out: "  # + "path: why", a reason of ``run.incomplete``
 
 

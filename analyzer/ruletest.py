@@ -26,8 +26,9 @@ from typing import Any
 import duckdb
 
 from analyzer.casegen import GEN_DEFAULTS, generate_gpu  # generate_gpu: tests import it here
-from analyzer.findings import Finding
+from analyzer.findings import REPEATED, Finding
 from analyzer.packs import Pack, Rule
+from analyzer.progress import plural
 from collector.writer import BucketWriter
 
 # A rule's status in a case: fired (findings), clean (ran, none), skipped, errored.
@@ -179,6 +180,8 @@ def check_result(case: Case, status: str, reason: str, found: list[Finding]) -> 
             )
     elif status != case.expect_status:
         problems.append(f"rule {status} ({reason or 'no reason given'}), want {case.expect_status}")
+    if REPEATED in reason:  # a join that fans out: the analysis hides it, a case must not
+        problems.append(f"the rule's output has {reason.removesuffix(', given once')}")
     if case.expect_count is not None and len(found) != case.expect_count:
         problems.append(
             f"expected {case.expect_count} findings, got {len(found)}: "
@@ -272,9 +275,10 @@ class CaseBucket:
         timer = threading.Timer(timeout_s, self.con.interrupt)
         timer.start()
         try:
-            found = run_rule(self.con, rule, self.case.params)
+            found, repeated = run_rule(self.con, rule, self.case.params)
         except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
             return "errored", rule.located(e), []
         finally:
             timer.cancel()
-        return ("fired" if found else "clean"), "", found
+        said = f"{plural(repeated, 'row')} {REPEATED}" if repeated else ""
+        return ("fired" if found else "clean"), said, found

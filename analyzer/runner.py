@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import json
 import math
 import tempfile
 import threading
@@ -19,6 +20,7 @@ from analyzer import __version__, coverage, logevents, memory, pods, rollup, row
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
     LEFT_OUT,
+    REPEATED,
     Finding,
     FindingsDocument,
     PackInfo,
@@ -157,7 +159,9 @@ def run_rule(
     rule: Rule,
     overrides: dict[str, Any] | None = None,
     timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
-) -> list[Finding]:
+) -> tuple[list[Finding], int]:
+    """The rule's findings, and how many of its rows repeated another row exactly (a
+    join that fans out): those are given once, and the count is said with the rule."""
     params = rule.bound_params(overrides)
     cols, rows = run_contained(con, rule.sql, params, timeout_s)
     for needed in ("host", "summary"):
@@ -167,7 +171,12 @@ def run_rule(
     if missing:
         raise RuleOutputError(f"rule output lacks evidence column(s) {', '.join(missing)}")
     out = []
+    seen: set[tuple[Any, ...]] = set()
     for row in rows:
+        key = tuple(json.dumps(x, sort_keys=True, default=str) for x in row)
+        if key in seen:
+            continue
+        seen.add(key)
         rec = dict(zip(cols, row, strict=True))
         severity = rec.get("severity") or rule.severity
         gpu = rec.get("gpu")
@@ -189,7 +198,7 @@ def run_rule(
                 references=list(rule.references),
             )
         )
-    return out
+    return out, len(rows) - len(out)
 
 
 def analyze(
@@ -351,7 +360,11 @@ def _analyze(
                     continue
                 t1 = time.perf_counter()
                 try:
-                    found = run_rule(rules_con, rule, overrides.get(rule.id), rule_timeout)
+                    found, repeated = run_rule(
+                        rules_con, rule, overrides.get(rule.id), rule_timeout
+                    )
+                    if repeated:
+                        st.reason = f"{plural(repeated, 'row')} {REPEATED}"
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     if gone := vanished(e):
                         raise BucketChanged(gone) from e

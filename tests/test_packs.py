@@ -257,3 +257,27 @@ def test_rules_test_takes_a_rule_timeout_and_runs_only_the_rules_asked(tmp_path)
     assert "1 passed, 1 failed" in r.stdout and took < 30
     r, _ = rules_test("--rule", "U1")  # the built-in pack is loaded, its cases not run
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "1 passed, 0 failed", r.stdout
+
+
+def test_rows_a_rule_repeats_are_one_finding_and_said(tmp_path) -> None:
+    """A join that fans out gave the same finding two, three times on the page. The
+    analysis gives it once and says so with the rule; a pack's case fails on it."""
+    from analyzer.ruletest import Case, check_result
+
+    fans_out = (
+        GOOD.format(id="U1")
+        .replace("FROM gpu_samples GROUP BY host", "FROM gpu_samples GROUP BY host, gpu_index")
+        .replace("SELECT host, count(*) AS n, 'rows: ' || count(*)", "SELECT host, 1 AS n, 'full'")
+    )
+    pack = _pack(tmp_path / "pack", {"U1": fans_out})
+    bucket = tmp_path / "bucket"
+    rows = [r for g in range(3) for r in generate_gpu({"cycles": 1, "gpu": g})["gpu_samples"]]
+    assert len({r["gpu_index"] for r in rows}) == 3
+    BucketWriter(bucket, "host-a").write("gpu_samples", rows)
+    doc = analyze(bucket, load_packs([pack], builtin=False))
+    (st,) = doc.run.rules
+    assert len(doc.findings) == 1 and st.findings == 1, doc.findings
+    assert st.status == "fired" and st.reason == "2 rows repeating another row exactly, given once"
+    case = Case(id="c", rule_id="U1", path=tmp_path / "t.toml", data={})
+    problems = check_result(case, st.status, st.reason or "", doc.findings)
+    assert problems == ["the rule's output has 2 rows repeating another row exactly"], problems
