@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
 from collector.layout import encode_host
@@ -285,16 +285,16 @@ class FindingsDocument:
                 f"(this leakreport reads {FINDINGS_SCHEMA_VERSION})"
             )
         run = dict(d["run"])
-        run["packs"] = [PackInfo(**p) for p in run.get("packs", [])]
-        run["rules"] = [RuleStatus(**r) for r in run.get("rules", [])]
+        run["packs"] = _each(PackInfo, run, "packs", "run.")
+        run["rules"] = _each(RuleStatus, run, "rules", "run.")
         return cls(
-            run=RunInfo(**run),
-            findings=[Finding(**f) for f in d.get("findings", [])],
-            hosts=[HostInfo(**h) for h in d.get("hosts", [])],
-            series=[GpuSeries(**s) for s in d.get("series", [])],
-            events=[Event(**e) for e in d.get("events", [])],
-            kv=[KvSeries(**k) for k in d.get("kv", [])],
-            alloc=[AllocSeries(**a) for a in d.get("alloc", [])],
+            run=_one(RunInfo, run, "run"),
+            findings=_each(Finding, d, "findings"),
+            hosts=_each(HostInfo, d, "hosts"),
+            series=_each(GpuSeries, d, "series"),
+            events=_each(Event, d, "events"),
+            kv=_each(KvSeries, d, "kv"),
+            alloc=_each(AllocSeries, d, "alloc"),
             coverage=list(d.get("coverage", [])),
         )
 
@@ -307,7 +307,32 @@ class FindingsDocument:
         try:
             return cls.from_dict(data)
         except (KeyError, TypeError) as e:
-            raise ValueError(f"not a findings document ({type(e).__name__}: {e})") from None
+            raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
+T = TypeVar("T")
+
+
+def _one(cls: type[T], v: Any, where: str) -> T:
+    """A dataclass from one JSON object, naming where in the document a field is
+    unknown or missing (a document of another leakreport, or edited by hand)."""
+    if not isinstance(v, dict):
+        raise ValueError(f"{where}: expected an object, got {type(v).__name__}")
+    fields = getattr(cls, "__dataclass_fields__", {})
+    unknown = sorted(set(v) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
+    try:
+        return cls(**v)
+    except TypeError as e:  # a required field missing
+        raise ValueError(f"{where}: {str(e).split('__init__() ', 1)[-1]}") from None
+
+
+def _each(cls: type[T], d: dict[str, Any], key: str, prefix: str = "") -> list[T]:
+    items = d.get(key, [])
+    if not isinstance(items, list):
+        raise ValueError(f"{prefix}{key}: expected a list, got {type(items).__name__}")
+    return [_one(cls, x, f"{prefix}{key}[{i}]") for i, x in enumerate(items)]
 
 
 __all__ = [

@@ -151,3 +151,27 @@ def _cards(html: str) -> dict[str, str]:
         if cells:
             out[cells[0]] = " ".join(cells)
     return out
+
+
+def test_a_findings_document_with_a_wrong_field_is_named_where() -> None:
+    """An unknown or missing field gave 'not a findings document (TypeError:
+    Finding.__init__() got ...)' with no place; now the place and the field."""
+    import json
+
+    import pytest
+
+    doc = _doc(["a", "b"], [_finding("GM001", "leak.gpu", "warning", "b", rate=1)] * 2)
+    good = json.loads(doc.to_json())
+    assert FindingsDocument.from_dict(json.loads(doc.to_json())).to_json() == doc.to_json()
+    cases = {
+        "findings[1]: unknown field(s) 'extra'": lambda d: d["findings"][1].update(extra=1),
+        "hosts[0]: missing 1 required": lambda d: d["hosts"][0].pop("host"),
+        "series: expected a list, got dict": lambda d: d.update(series={}),
+        "run: unknown field(s) 'nope'": lambda d: d["run"].update(nope=1),
+    }
+    for said, mutate in cases.items():
+        bad = json.loads(json.dumps(good))
+        mutate(bad)
+        with pytest.raises(ValueError) as e:
+            FindingsDocument.from_json(json.dumps(bad))
+        assert str(e.value).startswith(said), (said, str(e.value))
