@@ -74,7 +74,9 @@ def left_out(e: RowsUnreadable, progress: Callable[[str], None]) -> dict[str, st
     bad = unreadable([*e.paths, *sorted(e.tier)], progress)
     if not bad:
         raise e.error
-    return {{**e.paths, **e.tier}[p]: why for p, why in bad.items()}
+    named = {**e.paths, **e.tier}
+    # DuckDB quotes the file it read: for S3 a staged copy, named here by its key instead
+    return {named[p]: why.replace(p, named[p]) for p, why in bad.items()}
 
 
 GROUP = 64  # files decoded together; a group that fails is halved until the bad ones are found

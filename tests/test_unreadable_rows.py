@@ -247,6 +247,7 @@ def test_damaged_objects_on_s3_are_named_by_their_keys(tmp_path) -> None:
         assert r.returncode == 3, r.stderr
         (line,) = doc["run"]["incomplete"]
         assert line.startswith(f"file left out: s3://{key}: rows cannot be read"), line
+        assert "leakreport-s3-" not in line, line  # DuckDB names the file it read: the copy
         assert _findings(doc) == _findings(before)
         raw = damage("log_lines")
         r, doc = _analyze(bucket)  # type: ignore[arg-type]
@@ -316,3 +317,20 @@ def test_host_batches_name_a_damaged_tier_file_once(tiered, tmp_path) -> None:
     assert r.stderr.count("reading rows failed") == 2  # both batches read the week file
     (line,) = json.loads(r.stdout)["run"]["incomplete"]
     assert line.startswith(f"file left out: {week}: rows cannot be read"), line
+
+
+def test_a_reason_names_the_object_not_its_staged_copy(tmp_path) -> None:
+    """DuckDB's words quote the file it read; for S3 that was the staged copy in a
+    temporary folder, gone after the run. The reason names the object's key instead."""
+    from analyzer import rowcheck
+
+    staged = (
+        tmp_path / "leakreport-s3-x" / "gpu_samples" / "date=2026-11-30" / "host=a" / "f.parquet"
+    )
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"PAR1" + b"\x00" * 64)  # no footer: DuckDB names the file
+    key = "s3://bk/gpu_samples/date=2026-11-30/host=a/f.parquet"
+    err = rowcheck.RowsUnreadable(RuntimeError("x"), {str(staged): key}, {})
+    (why,) = rowcheck.left_out(err, lambda _m: None).items()
+    assert why[0] == key and why[1].startswith("rows cannot be read"), why
+    assert str(staged) not in why[1] and key in why[1], why[1]
