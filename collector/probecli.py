@@ -134,6 +134,7 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     asked = time.time()
     try:
         write_atomic(trigger, json.dumps({"seconds": seconds, "max_entries": max_entries}))
+        os.chmod(trigger, 0o644)  # the server may be another user, and the umask 077
     except OSError as e:
         click.echo(f"leakcollect: cannot write {trigger}: {e}", err=True)
         sys.exit(exitcodes.NOTHING)

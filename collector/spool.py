@@ -115,6 +115,8 @@ def drain(
                 continue
             budget -= st.st_size
             text = f.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue  # a .part closed (renamed) since the listing: read as .jsonl next run
         except OSError as e:
             out.errors.append(f"{f}: {e}")
             continue

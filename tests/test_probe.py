@@ -409,3 +409,149 @@ def test_a_refused_allocator_table_keeps_only_its_own_files_in_the_spool(
     for table in ("allocator_snapshots", "allocator_samples"):
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (1,), table
     assert len(list(bucket.glob("snapshots/*/*/*.pickle"))) == 1
+
+
+FORKS = textwrap.dedent(
+    """
+    import os, threading
+    import leakprobe  # started by sitecustomize
+    for level in range(4):
+        print(level, sum(t.name == "leakprobe" for t in threading.enumerate()), flush=True)
+        if level == 3:
+            break
+        pid = os.fork()
+        if pid:
+            os.waitpid(pid, 0)
+            break
+    """
+)
+
+
+def test_each_fork_generation_has_one_probe_thread(tmp_path: Path) -> None:
+    """start() in a child registered the fork hook again, so threads doubled with each
+    generation (1, 1, 2, 4), and the extra ones wrote the same records again."""
+    r = subprocess.run(
+        [sys.executable, "-c", FORKS],
+        env=_probe_env(tmp_path / "spool"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    got = sorted(tuple(int(x) for x in line.split()) for line in r.stdout.splitlines())
+    assert got == [(0, 1), (1, 1), (2, 1), (3, 1)], r.stdout + r.stderr
+
+
+def test_two_copies_of_the_hook_chain_to_the_servers_own_once(tmp_path: Path) -> None:
+    """An old install's hook folder also on PYTHONPATH: each copy ran the other until
+    RecursionError, and the server's own sitecustomize never ran."""
+    from collector.probecli import HOOK_DIR
+
+    old = tmp_path / "old-hook"
+    shutil.copytree(HOOK_DIR, old)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import sys\nsys.stderr.write('OWN ran\\n')\n")
+    env = _probe_env(tmp_path / "spool")
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(old), str(own)])
+    r = subprocess.run(
+        [sys.executable, "-c", "pass"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and r.stderr.count("OWN ran") == 1, r.stderr
+    assert "Recursion" not in r.stderr
+
+
+def test_dropped_records_are_counted_once_not_per_device(tmp_path: Path) -> None:
+    clock = [0.0]
+    p = leakprobe.Probe(
+        str(tmp_path), stats=FakeStats(4), rotate_s=1, max_spool_bytes=1500, clock=lambda: clock[0]
+    )
+    for _ in range(10):
+        p.sample_once()
+        clock[0] += 1
+    dropped = p.dropped
+    assert dropped > 0
+    for f in list(tmp_path.iterdir()):  # the collector drains the spool: room again
+        f.unlink()
+    p.sample_once()
+    recs = _records(tmp_path)
+    assert len(recs) == 4 and sum(int(r.get("dropped", 0)) for r in recs) == dropped
+
+
+def test_a_file_drained_while_the_process_was_paused_is_not_written_on(tmp_path: Path) -> None:
+    """A server stopped past the collector's stale_s (SIGSTOP, docker pause): its .part
+    was drained and removed, and the probe went on writing to the removed file."""
+    p = leakprobe.Probe(str(tmp_path), stats=FakeStats(), rotate_s=3600)
+    p.sample_once()
+    (part,) = tmp_path.glob("*.jsonl.part")
+    part.unlink()  # what the collector does with a stale .part once it is in the bucket
+    p.sample_once()
+    p.sample_once()
+    p.close()
+    recs = _records(tmp_path)
+    assert [r["allocated"] for r in recs] == [2 * MIB, 3 * MIB]
+
+
+def test_a_bad_snapshot_request_is_said_once(tmp_path: Path) -> None:
+    """A trigger the server cannot read (made 0600 by another user under umask 077) was
+    warned about at every sample, for as long as it stayed."""
+    said: list[str] = []
+    p = leakprobe.Probe(str(tmp_path), stats=FakeStats(), warn=said.append)
+    p.sample_once()
+    (tmp_path / f"snapshot-{os.getpid()}.trigger").mkdir()  # unreadable, and not unlinkable
+    for _ in range(5):
+        p.sample_once()
+    assert len(said) == 1 and "request ignored" in said[0], said
+    bad = tmp_path / f"snapshot-{os.getpid()}.trigger"
+    bad.rmdir()
+    bad.write_text("{not json")
+    p.sample_once()
+    assert len(said) == 2 and not bad.exists()  # a new request is said again, and removed
+
+
+def test_the_snapshot_request_is_readable_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        r = CliRunner().invoke(
+            cli, ["probe", "snapshot", "--pid", "4242", "--spool", str(tmp_path)]
+        )
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "snapshot-4242.trigger").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_part_renamed_during_a_drain_is_not_a_failure(tmp_path: Path, monkeypatch) -> None:
+    good = '{"ts": 1.5, "pid": 7, "device": 0, "allocated": 5}'
+    (tmp_path / "alloc-h-7-1.jsonl").write_text(good + "\n")
+    ghost = tmp_path / "alloc-h-8-1.jsonl.part"  # listed, then renamed by its probe
+    listed = [*tmp_path.iterdir(), ghost]
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(listed))
+    out = drain(tmp_path, "h", stale_s=0)
+    assert not out.errors and len(out.rows) == 1
+
+
+def test_the_role_of_a_module_launch_is_read_from_its_command_line(tmp_path: Path) -> None:
+    """At sitecustomize time sys.argv of ``python -m launch_server`` is ['-m']: the role
+    came out "other" for the README's own launch command."""
+    (tmp_path / "launch_server.py").write_text(
+        textwrap.dedent(
+            """
+            import time, leakprobe
+            leakprobe._started["probe"].stats = lambda: [{"device": 0, "allocated": 1}]
+            time.sleep(0.5)
+            """
+        )
+    )
+    spool = tmp_path / "spool"
+    r = subprocess.run(
+        [sys.executable, "-m", "launch_server"],
+        env=_probe_env(spool),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    roles = {rec["role"] for rec in _records(spool)}
+    assert roles == {"server"}, roles

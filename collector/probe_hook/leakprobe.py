@@ -26,6 +26,7 @@ record allocation history for a while and dump a PyTorch memory snapshot
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -139,7 +140,9 @@ def role_hint(argv: list[str] | None = None, comm: str | None = None) -> str:
                 comm = f.read().strip()
         except OSError:
             comm = ""
-    text = (comm + " " + " ".join(argv if argv is not None else sys.argv)).lower()
+    if argv is None:  # orig_argv keeps ``-m module``, which sys.argv has lost here
+        argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    text = (comm + " " + " ".join(argv)).lower()
     for word, role in ROLE_WORDS:
         if word in text:
             return role
@@ -173,7 +176,7 @@ class Probe:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.started = process_start()
-        self.role = role_hint()
+        self.role = ""  # read at the first record: a server names its processes after start
         self.disabled: str | None = None
         self.dropped = 0
         self.written = 0
@@ -181,6 +184,7 @@ class Probe:
         self._path = ""
         self._opened = 0.0
         self._snap: tuple[float, str] | None = None  # (dump at, path)
+        self._bad_trigger: tuple[int, int] | None = None  # (inode, mtime ns) warned about
         self._lock = threading.Lock()
 
     # -- spool files -------------------------------------------------------
@@ -247,6 +251,10 @@ class Probe:
         with self._lock:
             try:
                 self._check_snapshot(now)
+                if self._file is not None and os.fstat(self._file.fileno()).st_nlink == 0:
+                    # paused (SIGSTOP, docker pause) past the collector's stale_s, the
+                    # file was drained and removed: what follows goes to a new one
+                    self._close(rename=False)
                 if self._file is not None and (
                     now - self._opened >= self.rotate_s or self._file.tell() >= self.max_file_bytes
                 ):
@@ -257,12 +265,12 @@ class Probe:
                 common = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
                 if self.started is not None:
                     common["started"] = self.started
+                self.role = self.role or role_hint()
                 common.update(role=self.role, **self._gc())
-                if self.dropped:
-                    common["dropped"], self.dropped = self.dropped, 0
-                lines = "".join(
-                    json.dumps({**common, **d}, separators=(",", ":")) + "\n" for d in devices
-                )
+                records = [{**common, **d} for d in devices]
+                if self.dropped:  # counted once, on the first record
+                    records[0]["dropped"], self.dropped = self.dropped, 0
+                lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
                 self._file.write(lines)
                 self._file.flush()
                 self.written += len(devices)
@@ -283,8 +291,12 @@ class Probe:
                     self.warn(f"leakprobe: memory snapshot failed in pid {self.pid}: {e!r}")
             return
         trigger = os.path.join(self.spool, f"snapshot-{self.pid}.trigger")
-        if not os.path.exists(trigger):
+        try:
+            st = os.stat(trigger)
+        except OSError:
             return
+        if self._bad_trigger == (st.st_ino, st.st_mtime_ns):
+            return  # said already; a new request is a new file
         try:
             with open(trigger, encoding="utf-8") as f:
                 req = json.loads(f.read() or "{}")
@@ -292,6 +304,9 @@ class Probe:
             seconds = float(req.get("seconds", 30))
             self.snapshot_start(int(req.get("max_entries", 100_000)))
         except Exception as e:
+            self._bad_trigger = (st.st_ino, st.st_mtime_ns)
+            with contextlib.suppress(OSError):
+                os.unlink(trigger)
             self.warn(f"leakprobe: memory snapshot request ignored in pid {self.pid}: {e!r}")
             return
         name = f"snapshot-{self.host}-{self.pid}-{int(now)}.pickle"
@@ -304,6 +319,7 @@ class Probe:
 
 
 _started: dict[str, Any] = {}
+_hooked: list[bool] = []  # the fork hook is registered (a list: no global statement)
 
 
 def start(spool: str | None = None, interval_s: float | None = None) -> Probe | None:
@@ -325,7 +341,10 @@ def start(spool: str | None = None, interval_s: float | None = None) -> Probe | 
             _started.clear()
             start(spool, interval)
 
-        os.register_at_fork(after_in_child=in_child)
+        if not _hooked:  # once: a child inherits the hook (and this flag), so its own
+            # start() must not add another, or each generation doubles the threads
+            os.register_at_fork(after_in_child=in_child)
+            _hooked.append(True)
         return probe
     except Exception as e:  # never break the host process
         sys.stderr.write(f"leakprobe: not started: {e!r}\n")

@@ -12,6 +12,8 @@ def _chain() -> None:
     for entry in sys.path:
         if not entry or os.path.abspath(entry) == here:
             continue
+        if os.path.isfile(os.path.join(entry, "leakprobe.py")):
+            continue  # another copy of this hook (an older install): it would run us again
         candidate = os.path.join(entry, "sitecustomize.py")
         if os.path.isfile(candidate):
             spec = importlib.util.spec_from_file_location(
