@@ -18,6 +18,7 @@ import duckdb
 
 from analyzer.findings import FindingsDocument, host_reason
 from analyzer.packs import Pack, Rule
+from analyzer.progress import plural
 from collector.schema import TABLES
 
 # What each input adds, in words, for the "could not check" block.
@@ -103,6 +104,31 @@ def build(
     doc.coverage = out
     _idle_blind(con, doc, rules.values(), ran)
     _runs_only(con, doc, set(hosts))
+    _container_pids(con, doc)
+
+
+def _container_pids(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> None:
+    """Hosts with allocator records whose container PIDs the collector could not turn
+    into the host's: those processes match no NVML process, so what lies outside
+    PyTorch's allocator (AP003) was not compared for them."""
+    try:
+        rows = con.execute(
+            "SELECT host, count(DISTINCT pid) FROM allocator_samples "
+            "WHERE pid_ns IS NOT NULL GROUP BY host ORDER BY host"
+        ).fetchall()
+    except duckdb.Error:
+        return
+    for host, n in rows:
+        doc.run.incomplete.append(
+            host_reason(
+                host,
+                f"the allocator probe's records of {plural(n, 'process', 'processes')} carry "
+                "PIDs of a container "
+                "that the collector could not turn into the host's (their /proc/PID/ns is "
+                "another user's, or they had ended): NVML's figures are not compared with "
+                "PyTorch's for them (AP003); run leakcollect as root, with the host's /proc",
+            )
+        )
 
 
 def _runs_only(con: duckdb.DuckDBPyConnection, doc: FindingsDocument, seen: set[str]) -> None:

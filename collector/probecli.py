@@ -130,7 +130,13 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     if not folder.is_dir():
         click.echo(f"leakcollect: {folder}: no spool folder (is the probe enabled?)", err=True)
         sys.exit(exitcodes.NOTHING)
-    trigger = folder / f"snapshot-{pid}.trigger"
+    if not Path("/proc", str(pid)).is_dir():
+        click.echo(f"leakcollect: no process {pid} here", err=True)
+        sys.exit(exitcodes.NOTHING)
+    ns, inner = _in_its_namespace(pid)
+    trigger = folder / (
+        f"snapshot-{pid}.trigger" if ns is None else f"snapshot-{ns}-{inner}.trigger"
+    )
     asked = time.time()
     try:
         write_atomic(trigger, json.dumps({"seconds": seconds, "max_entries": max_entries}))
@@ -145,7 +151,7 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     while time.monotonic() < deadline:
         done = [
             f
-            for f in sorted(folder.glob(f"snapshot-*-{pid}-*.pickle"))
+            for f in sorted(folder.glob(f"snapshot-*-{inner}-*.pickle"))
             if f.stat().st_mtime >= asked - 1
         ]
         if done and not trigger.exists():
@@ -154,3 +160,16 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
         time.sleep(0.5)
     click.echo(f"leakcollect: no snapshot from pid {pid} (is its probe running?)", err=True)
     sys.exit(exitcodes.PARTIAL)
+
+
+def _in_its_namespace(pid: int, proc: str = "/proc") -> tuple[int | None, int]:
+    """(PID namespace, PID in it) of a process in a container (whose probe knows only the
+    inner PID), else (None, pid)."""
+    try:
+        with open(f"{proc}/{pid}/status", encoding="utf-8") as f:
+            nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
+        if len(nspid) > 1:
+            return os.stat(f"{proc}/{pid}/ns/pid").st_ino, int(nspid[-1])
+    except (OSError, ValueError):
+        pass
+    return None, pid

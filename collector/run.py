@@ -231,7 +231,7 @@ def _sample_and_read(
         for p in cfg.logs
     ]
     if cfg.probe_spool is not None:
-        end.append(SpoolSource(cfg.probe_spool, now, cfg.host))
+        end.append(SpoolSource(cfg.probe_spool, now, cfg.host, str(cfg.proc_root)))
     drained = spool.Drained()
     if stop.is_set():
         for s in end:  # nothing is lost: the next run starts at the same cursor

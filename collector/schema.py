@@ -179,13 +179,15 @@ ALLOCATOR_SAMPLES = Table(
         ("inactive_split_bytes", pa.int64(), True),
         ("gc_collections", pa.int64(), True),
         ("dropped", pa.int64(), True),
+        ("pid_ns", pa.int64(), True),
     ),
     "ts",
     "PyTorch caching-allocator figures per process and device, from the in-process probe. "
     "process_start (as /proc gives it) tells a reused PID's processes apart; NULL from "
-    "probes older than the column.",
+    "probes older than the column. pid is the host's; pid_ns is set (the PID namespace) "
+    "only where a container's PID could not be turned into the host's.",
     key=("host", "pid", "device", "ts"),
-    optional=("process_start",),
+    optional=("process_start", "pid_ns"),
 )
 
 ALLOCATOR_SNAPSHOTS = Table(

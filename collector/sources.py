@@ -299,11 +299,12 @@ class SpoolSource(Source):
     kind = "allocator"
     winds_down = True
 
-    def __init__(self, folder: str, now: dt.datetime, host: str) -> None:
+    def __init__(self, folder: str, now: dt.datetime, host: str, proc_root: str = "/proc") -> None:
         super().__init__(folder, now, host)
+        self.proc_root = proc_root
 
     def collect(self, deadline: float) -> Outcome:
-        drained = spool.drain(self.label, self.host, deadline=deadline)
+        drained = spool.drain(self.label, self.host, deadline=deadline, proc_root=self.proc_root)
         return Outcome(
             rows={"allocator_samples": drained.rows}, errors=drained.errors, extra=drained
         )

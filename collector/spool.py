@@ -57,11 +57,46 @@ def _record(rec: Any, host: str) -> dict[str, Any]:
         "device": int(rec["device"]),
         "gpu_uuid": None if rec.get("gpu_uuid") is None else str(rec["gpu_uuid"]),
         "role": None if rec.get("role") is None else str(rec["role"])[:64],
+        "pid_ns": None if rec.get("pidns") is None else int(rec["pidns"]),
     }
     for src, dst in INT_FIELDS.items():
         v = rec.get(src)
         row[dst] = None if v is None else int(v)
     return row
+
+
+def host_pids(rows: list[dict[str, Any]], proc_root: str | os.PathLike[str]) -> None:
+    """Give rows written in another PID namespace (a container) the host's PID, as NVML
+    and the process table have it; ``pid_ns`` stays set on a row only where that could not
+    be done (the process gone, or its /proc/PID/ns not readable by this user)."""
+    root = Path(proc_root)
+    try:
+        own = os.stat(root / "self" / "ns" / "pid").st_ino
+    except OSError:
+        own = None
+    wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None} - {own}
+    for r in rows:
+        if r["pid_ns"] == own:
+            r["pid_ns"] = None
+    if not wanted:
+        return
+    found: dict[tuple[int, int], int] = {}
+    for d in os.scandir(root):
+        if not d.name.isdigit():
+            continue
+        try:
+            ns = os.stat(os.path.join(d.path, "ns", "pid")).st_ino
+            if ns not in wanted:
+                continue
+            with open(os.path.join(d.path, "status"), encoding="utf-8") as f:
+                nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
+        except OSError:  # gone, or another user's (needs root)
+            continue
+        if nspid:
+            found[(ns, int(nspid[-1]))] = int(d.name)
+    for r in rows:
+        if r["pid_ns"] is not None and (hp := found.get((r["pid_ns"], r["pid"]))) is not None:
+            r["pid"], r["pid_ns"] = hp, None
 
 
 def snapshot_pid(name: str) -> int:
@@ -78,6 +113,7 @@ def drain(
     stale_s: float = 300.0,
     deadline: float | None = None,
     max_bytes: int = MAX_BYTES,
+    proc_root: str | os.PathLike[str] = "/proc",
 ) -> Drained:
     """Read what the probe has finished writing. Never deletes anything.
 
@@ -133,4 +169,5 @@ def drain(
                 if len(out.errors) < MAX_ERRORS:
                     out.errors.append(f"{f}:{i}: bad probe record: {e}")
         out.files.append(f)
+    host_pids(out.rows, proc_root)
     return out

@@ -132,6 +132,15 @@ def process_start() -> float | None:
         return None
 
 
+def pid_namespace() -> int | None:
+    """This process's PID namespace (the inode of /proc/self/ns/pid): in a container the
+    PID the probe knows is not the host's, which NVML and the collector give."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def role_hint(argv: list[str] | None = None, comm: str | None = None) -> str:
     """What this process is in the server, from its title and command line."""
     if comm is None:
@@ -176,6 +185,7 @@ class Probe:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.started = process_start()
+        self.pidns = pid_namespace()
         self.role = ""  # read at the first record: a server names its processes after start
         self.disabled: str | None = None
         self.dropped = 0
@@ -265,6 +275,8 @@ class Probe:
                 common = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
                 if self.started is not None:
                     common["started"] = self.started
+                if self.pidns is not None:
+                    common["pidns"] = self.pidns
                 self.role = self.role or role_hint()
                 common.update(role=self.role, **self._gc())
                 records = [{**common, **d} for d in devices]
@@ -290,10 +302,15 @@ class Probe:
                 except Exception as e:
                     self.warn(f"leakprobe: memory snapshot failed in pid {self.pid}: {e!r}")
             return
-        trigger = os.path.join(self.spool, f"snapshot-{self.pid}.trigger")
-        try:
-            st = os.stat(trigger)
-        except OSError:
+        # by PID, or by namespace and PID when asked from outside a container
+        for name in (f"snapshot-{self.pid}", f"snapshot-{self.pidns}-{self.pid}"):
+            trigger = os.path.join(self.spool, name + ".trigger")
+            try:
+                st = os.stat(trigger)
+                break
+            except OSError:
+                continue
+        else:
             return
         if self._bad_trigger == (st.st_ino, st.st_mtime_ns):
             return  # said already; a new request is a new file
