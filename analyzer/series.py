@@ -26,6 +26,7 @@ from analyzer.findings import (
     iso_utc,
 )
 from analyzer.packs import referenced_params
+from analyzer.progress import plural
 from analyzer.rollup import ROLLUP_DIR
 
 SERIES_DIR = ROLLUP_DIR / "series"
@@ -42,6 +43,7 @@ QUERIES = (
     "alloc_series",
     "alloc_snapshots",
     "source_failures",
+    "alloc_dropped",
 )
 MAX_POINTS = 480
 EVENT_SIGNATURES = (
@@ -240,8 +242,14 @@ def date_stale_forecasts(doc: FindingsDocument) -> None:
 
 
 def source_failures(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Collector sources that failed, per host, with the last error."""
+    """Collector sources that failed, per host, with the last error; allocator probe
+    records dropped while its spool was full."""
     return [
         f"{host}: source {source} failed in {n} of {total} collector runs (last: {(err or '')[:200]})"
         for host, source, n, total, err in _rows(con, "source_failures")
+    ] + [
+        f"{host}: the allocator probe dropped {plural(int(n), 'record')} of "
+        f"{plural(procs, 'process', 'processes')} while its spool was full (is "
+        "`leakcollect run --probe-spool` moving it into the bucket?)"
+        for host, n, procs in _rows(con, "alloc_dropped")
     ]

@@ -661,3 +661,25 @@ def test_unmatched_container_pids_leave_the_analysis_incomplete(tmp_path: Path) 
     doc = analyze(other, load_packs())
     (said,) = [r for r in doc.run.incomplete if "container" in r]
     assert said.startswith("host gpu-1: the allocator probe's records of 1 process carry"), said
+
+
+def test_records_dropped_for_a_full_spool_are_a_gap_in_the_analysis(tmp_path: Path) -> None:
+    """The probe counted what it dropped, and nothing read the count: the allocator's
+    series had a hole that no page or document mentioned."""
+    from analyzer.packs import load_packs
+    from analyzer.ruletest import generate_gpu
+    from analyzer.runner import analyze
+    from collector.writer import BucketWriter
+
+    data = generate_gpu({"cycles": 2, "alloc_mib": 500.0})
+    alloc = data["allocator_samples"]
+    alloc[3] = {**alloc[3], "dropped": 1120}
+    w = BucketWriter(tmp_path, "gpu-1")
+    for table, rows in data.items():
+        w.write(table, rows)
+    doc = analyze(tmp_path, load_packs())
+    said = [g for g in doc.run.gaps if "dropped" in g]
+    assert said == [
+        "gpu-1: the allocator probe dropped 1120 records of 1 process while its spool was "
+        "full (is `leakcollect run --probe-spool` moving it into the bucket?)"
+    ], doc.run.gaps
