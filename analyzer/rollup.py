@@ -39,6 +39,18 @@ DEFAULTS: dict[str, Any] = {
     "loaded_fraction": 0.5,  # idle windows below this share of the lifetime's peak: still loading
 }
 
+
+def out_of_range(key: str, value: float) -> str | None:
+    """Why a value cannot be the rollup parameter ``key`` (a width, a count or a
+    threshold): None where it can be. Zero widths failed in DuckDB's words, negative
+    ones ran and gave nonsense."""
+    if key == "idle_util_pct":
+        return None if 0 <= value <= 100 else "a percentage, 0 to 100"
+    if key.endswith("_fraction"):
+        return None if 0 < value <= 1 else "a share, above 0 and at most 1"
+    return None if value > 0 else "above 0"
+
+
 ROLLUP_TABLES = (
     "gpu_info",
     "rollup_settings",

@@ -297,9 +297,15 @@ def _write(
         snaps = []
         for snap in drained.snapshots:
             where = writer.put_file("snapshots", now.date(), snap)
-            pid, size = spool.snapshot_pid(snap.name), snap.stat().st_size
+            st = snap.stat()
             snaps.append(
-                {"ts": now, "host": cfg.host, "pid": pid, "path": where, "size_bytes": size}
+                {  # when the probe wrote it, not when this run found it (up to a run later)
+                    "ts": dt.datetime.fromtimestamp(st.st_mtime, dt.UTC),
+                    "host": cfg.host,
+                    "pid": spool.snapshot_pid(snap.name),
+                    "path": where,
+                    "size_bytes": st.st_size,
+                }
             )
             result.files += 1
         result.files += len(writer.write("allocator_snapshots", snaps))

@@ -237,6 +237,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
             wrong = param_type_error(f"{rule_id}.{k}", defaults[k], v)
             if wrong:
                 die(f"--param {wrong}")
+            if rule_id == "rollup" and (need := rollup.out_of_range(k, float(v))):
+                die(f"--param rollup.{k}={v}: must be {need}")
     if opts.since and opts.until and opts.since > opts.until:
         die(f"--since {opts.since} is after --until {opts.until}: no day is in between")
     scope = Scope(opts.since, opts.until, list(opts.hosts))

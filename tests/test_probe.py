@@ -146,6 +146,25 @@ def test_failing_stats_source_never_raises(tmp_path: Path) -> None:
     p = leakprobe.Probe(str(tmp_path), stats=boom, warn=warnings.append)  # type: ignore[arg-type]
     assert p.sample_once() == 0 and p.sample_once() == 0
     assert len(warnings) == 1 and "illegal memory access" in warnings[0]
+    assert p.disabled is None  # a transient failure does not end the probe...
+    for _ in range(leakprobe.STATS_FAILURES):
+        p.sample_once()
+    assert p.disabled and len(warnings) == 2  # ...a lasting one does, said once more
+
+
+def test_the_probe_goes_on_after_a_transient_stats_failure(tmp_path: Path) -> None:
+    """One exception from memory_stats turned the probe off for the process's life."""
+    ok = FakeStats()
+    calls = [0]
+
+    def flaky() -> list[dict[str, int | str | None]]:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("transient")
+        return ok()
+
+    p = leakprobe.Probe(str(tmp_path), stats=flaky, warn=lambda m: None)
+    assert [p.sample_once() for _ in range(4)] == [1, 0, 1, 1]
 
 
 def test_snapshot_on_trigger(tmp_path: Path) -> None:
@@ -371,6 +390,8 @@ def test_snapshot_file_reaches_the_bucket_and_the_report(tmp_path: Path) -> None
     spool.mkdir()
     snap = spool / "snapshot-gpu-node-7-4321-1796000000.pickle"
     snap.write_bytes(b"\x80\x04pickled snapshot")
+    written = time.time() - 50  # by the probe, a while before the collector's run
+    os.utime(snap, (written, written))
     cfg = Config(bucket=str(bucket), host="gpu-node-7", state_dir=tmp_path / "st", no_gpu=True)
     cfg.probe_spool = str(spool)
     assert collect(cfg, say=lambda m: None) == 0
@@ -379,6 +400,8 @@ def test_snapshot_file_reaches_the_bucket_and_the_report(tmp_path: Path) -> None
     doc = analyze(bucket, load_packs())
     (event,) = [e for e in doc.events if e.kind == "memory_snapshot"]
     assert "pid 4321" in event.text and str(copied) in event.text and "memory_viz" in event.text
+    when = dt.datetime.fromisoformat(event.ts.replace("Z", "+00:00")).timestamp()
+    assert abs(when - written) < 1.5, (event.ts, written)  # the probe's time, not the copy's
 
 
 @pytest.mark.parametrize("refused", ["allocator_samples", "allocator_snapshots"])
@@ -683,3 +706,28 @@ def test_records_dropped_for_a_full_spool_are_a_gap_in_the_analysis(tmp_path: Pa
         "gpu-1: the allocator probe dropped 1120 records of 1 process while its spool was "
         "full (is `leakcollect run --probe-spool` moving it into the bucket?)"
     ], doc.run.gaps
+
+
+def test_torch_stats_reports_the_devices_the_process_uses(monkeypatch) -> None:
+    """A rank on GPU 2: the probe thread's current_device() is 0 (it is per thread), so
+    every rank also wrote device-0 rows of zeros. Now a device is reported once the process
+    holds memory there, and from then on (emptied by empty_cache, it still reads 0)."""
+    import types
+
+    reserved = {0: 0, 1: 0, 2: 64 * MIB, 3: 0}
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        device_count=lambda: 4,
+        current_device=lambda: 0,
+        memory_reserved=lambda d: reserved[d],
+        memory_allocated=lambda d: reserved[d] // 2,
+        max_memory_allocated=lambda d: reserved[d],
+        memory_stats=lambda d: {},
+        get_device_properties=lambda d: types.SimpleNamespace(uuid=f"u{d}"),
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(leakprobe, "_USED", set())
+    assert [d["device"] for d in leakprobe.torch_stats() or []] == [2]
+    reserved[2] = 0
+    got = leakprobe.torch_stats() or []
+    assert [(d["device"], d["reserved"]) for d in got] == [(2, 0)]

@@ -40,6 +40,7 @@ from typing import Any
 ENV_SPOOL = "LEAKREPORT_PROBE_SPOOL"
 ENV_INTERVAL = "LEAKREPORT_PROBE_INTERVAL_S"
 ENV_MAX_MB = "LEAKREPORT_PROBE_SPOOL_MAX_MB"
+STATS_FAILURES = 10  # reads of the allocator stats failing in a row that end the probe
 PART = ".jsonl.part"
 DONE = ".jsonl"
 ROLE_WORDS = (
@@ -57,6 +58,9 @@ ROLE_WORDS = (
 Stats = Callable[[], "list[dict[str, Any]] | None"]
 
 
+_USED: set[int] = set()  # devices this process has held memory on (reported from then on)
+
+
 def torch_stats() -> list[dict[str, Any]] | None:
     """Per-device allocator figures, or None while torch/CUDA is not initialised."""
     torch = sys.modules.get("torch")
@@ -64,11 +68,13 @@ def torch_stats() -> list[dict[str, Any]] | None:
     if cuda is None or not cuda.is_initialized():
         return None
     out = []
-    current = cuda.current_device()
     for d in range(cuda.device_count()):
         reserved = int(cuda.memory_reserved(d))
-        if reserved == 0 and d != current:
-            continue  # a device this process does not use
+        if reserved == 0 and d not in _USED:
+            # not (yet) used by this process. Not current_device(): that is per thread,
+            # and in this thread it is 0 whatever device the process's rank uses
+            continue
+        _USED.add(d)
         st = cuda.memory_stats(d)
         try:
             uuid: str | None = "GPU-" + str(cuda.get_device_properties(d).uuid)
@@ -188,6 +194,7 @@ class Probe:
         self.pidns = pid_namespace()
         self.role = ""  # read at the first record: a server names its processes after start
         self.disabled: str | None = None
+        self._failing = 0  # stats reads failed in a row
         self.dropped = 0
         self.written = 0
         self._file: Any = None
@@ -252,8 +259,13 @@ class Probe:
             return 0
         try:
             devices = self.stats()
+            self._failing = 0
         except Exception as e:  # the stats source failing is not the host's problem
-            self._disable(f"reading allocator stats failed: {e!r}")
+            self._failing += 1
+            if self._failing >= STATS_FAILURES:
+                self._disable(f"reading allocator stats failed {self._failing} times: {e!r}")
+            elif self._failing == 1:  # one transient failure must not end the probe
+                self.warn(f"leakprobe: reading allocator stats failed in pid {self.pid}: {e!r}")
             return 0
         if not devices:
             return 0
