@@ -314,8 +314,14 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
 
 
 def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict], incomplete: list[str]) -> str:
-    if not doc.series and not doc.findings:
+    if not doc.has_data():
         return "No data in scope: nothing could be checked."
+    if not doc.series and not doc.findings:  # allocator records or logs alone, say
+        ran = sum(r.status in ("clean", "fired") for r in doc.run.rules)
+        return (
+            f"No finding from the {plural(ran, 'rule')} that could run; GPU memory was not "
+            "checked: no GPU memory samples in scope."
+        )
     gpus = plural(len(doc.series), "GPU")
     partial = (
         f" The analysis is incomplete: {plural(len(incomplete), 'thing')} could not be "

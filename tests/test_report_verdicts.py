@@ -175,3 +175,19 @@ def test_a_findings_document_with_a_wrong_field_is_named_where() -> None:
         with pytest.raises(ValueError) as e:
             FindingsDocument.from_json(json.dumps(bad))
         assert str(e.value).startswith(said), (said, str(e.value))
+
+
+def test_data_without_gpu_samples_is_not_called_no_data() -> None:
+    """A bucket of allocator-probe records alone: AP001/AP002 ran clean, yet the page said
+    "No data in scope: nothing could be checked"."""
+    from analyzer.findings import RuleStatus
+
+    doc = _doc([])
+    doc.run.tables = {"allocator_samples": 3}
+    doc.run.rules = [
+        RuleStatus("AP001", "a", "default", "clean"),
+        RuleStatus("GM001", "g", "default", "skipped"),
+    ]
+    cls, line = _verdict(render_report(doc, generated_at=FIXED))
+    assert cls == "bad" and line.startswith("No finding from the 1 rule that could run"), line
+    assert "GPU memory was not checked" in line
