@@ -25,8 +25,28 @@ ROTATION_SEPARATORS = (".", "-", "_")
 
 
 def head(f: IO[bytes], n: int) -> bytes:
-    """The first ``n`` bytes of an open file, wherever its position is."""
-    return os.pread(f.fileno(), n, 0)
+    """The first ``n`` bytes of an open file after any leading NULs, wherever its
+    position is. A log written without O_APPEND starts with a hole of zeros after a
+    copytruncate (``collector.logtail``), and its copy with the zeros themselves: the
+    fingerprint is of the data after them, so the next copytruncate, which leaves
+    another hole, is still told from the file it was."""
+    fd = f.fileno()
+    first = os.pread(fd, n, 0)
+    if not first.startswith(b"\0"):
+        return first
+    at = os.lseek(fd, 0, os.SEEK_CUR)  # restored: a buffered reader keeps its own idea
+    try:
+        start = os.lseek(fd, 0, os.SEEK_DATA)
+    except (OSError, AttributeError):  # nothing but a hole, or no SEEK_DATA here
+        start = 0
+    finally:
+        os.lseek(fd, at, os.SEEK_SET)
+    while True:  # the zeros of the first data block, or of a copy (no holes)
+        block = os.pread(fd, 1 << 16, start)
+        data = block.lstrip(b"\0")
+        if data or not block:
+            return os.pread(fd, n, start + len(block) - len(data)) if data else b""
+        start += len(block)
 
 
 @dataclass
@@ -91,9 +111,9 @@ def _open_all(p: Path, path: str, names: dict[str, int]) -> tuple[dict[str, Gen]
 
 
 def _compressed(g: Gen) -> bool:
-    return g.name.endswith(COMPRESSED_SUFFIXES) or head(g.f, MAGIC_BYTES).startswith(
-        COMPRESSED_MAGIC
-    )
+    return g.name.endswith(COMPRESSED_SUFFIXES) or os.pread(
+        g.f.fileno(), MAGIC_BYTES, 0
+    ).startswith(COMPRESSED_MAGIC)
 
 
 def snapshot(path: str, stack: contextlib.ExitStack) -> Snap:

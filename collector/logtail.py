@@ -115,7 +115,7 @@ def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor) -> bool:
     if size < n:  # (a file grown since it was listed is not the cursor's)
         return False
     first = f[:n] if isinstance(f, bytes) else _head(f, n)
-    return bool(_sha1(first).hex()[:16] == cur["fp"])
+    return len(first) == n and bool(_sha1(first).hex()[:16] == cur["fp"])
 
 
 def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
@@ -171,6 +171,9 @@ class _Reader:
                 return pos, True
             self.budget -= len(chunk)
             buf += chunk
+            if buf.startswith(b"\0"):  # zeros before a line (see _data_from) are no line
+                kept = buf.lstrip(b"\0")
+                pos, buf = pos + len(buf) - len(kept), kept
             *complete, buf = buf.split(b"\n")
             for raw in complete:
                 self._keep(raw, pos, inode, fid)

@@ -170,12 +170,46 @@ def test_copytruncate_of_a_log_written_without_append_skips_the_hole(tmp_path) -
 
 
 def test_nul_bytes_before_a_line_are_shed_where_holes_are_read_as_data(tmp_path) -> None:
-    """A file system without holes (or a copy of the log) gives the zeros as bytes."""
+    """A file system without holes (or a copy of the log) gives the zeros as bytes: past
+    one line's 64 KiB cut, and past the runaway cut of 4 lines (which once took the
+    start of the line after 2 chunks of zeros with it)."""
+    from collector.logtail import CHUNK
+
+    for zeros in (70_000, 2 * CHUNK - 10):
+        log = tmp_path / f"server-{zeros}.log"
+        log.write_bytes(b"\0" * zeros + _lines(0, 2).encode())
+        r = tail(str(log), None, NOW, "h")
+        assert [x["text"] + "\n" for x in r.rows] == [BATCH.format(n=0), BATCH.format(n=1)]
+        assert not any(x["truncated"] for x in r.rows) and r.unmatched == 0
+
+
+def test_a_second_copytruncate_of_a_log_written_without_append(tmp_path) -> None:
+    """After the first, the log starts with a hole, so its fingerprint was 4 KiB of
+    zeros; the second left another hole, the fingerprint still matched, and the lines
+    written between the two runs (now only in the copy) were skipped without a word."""
     log = tmp_path / "server.log"
-    log.write_bytes(b"\0" * 70_000 + _lines(0, 2).encode())  # past one line's 64 KiB cut
-    r = tail(str(log), None, NOW, "h")
-    assert [x["text"] + "\n" for x in r.rows] == [BATCH.format(n=0), BATCH.format(n=1)]
-    assert not any(x["truncated"] for x in r.rows)
+    srv = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # server > log
+
+    def copytruncate() -> None:
+        if (tmp_path / "server.log.1").exists():
+            os.replace(tmp_path / "server.log.1", tmp_path / "server.log.2")
+        (tmp_path / "server.log.1").write_bytes(log.read_bytes())
+        os.truncate(log, 0)
+
+    try:
+        os.write(srv, (_lines(0, 3) + "INFO filler\n" * 400).encode())
+        r1 = tail(str(log), None, NOW, "h")
+        os.write(srv, _lines(3, 5).encode())
+        copytruncate()
+        os.write(srv, _lines(5, 7).encode())
+        r2 = tail(str(log), r1.cursor, NOW, "h")
+        os.write(srv, _lines(7, 9).encode())
+        copytruncate()
+        os.write(srv, _lines(9, 11).encode())
+        r3 = tail(str(log), r2.cursor, NOW, "h")
+    finally:
+        os.close(srv)
+    assert _all([r1, r2, r3]) == list(range(11)) and not r3.notes, r3.notes
 
 
 def test_recreated_on_the_same_inode_is_read_from_the_start(tmp_path) -> None:
