@@ -193,22 +193,22 @@ def list_entries(
     if fs is not None:
         from pyarrow.fs import FileSelector, FileType
 
-        base_table = f"{root}/{table}".strip("/")
-        for base in _s3_prefixes(fs, base_table, date_ok, host_ok):
+        tdir = f"{root}/{table}".strip("/")
+        for base in _s3_prefixes(fs, tdir, date_ok, host_ok, bad):
             sel = FileSelector(base, recursive=True, allow_not_found=True)
             for info in fs.get_file_info(sel):
                 if info.type != FileType.File:
                     continue
-                p = parse(info.path)
-                if p and p[0] == table and date_ok(p[1]) and host_ok(decode_host(p[2])):
+                rel = info.path[len(tdir) + 1 :].split("/")  # date=, host=, file: no more
+                p = parse(info.path) if len(rel) == 3 else None
+                if p and date_ok(p[1]) and host_ok(decode_host(p[2])):
                     mtime = info.mtime_ns
                     stamp = (info.size, mtime) if info.size is not None and mtime else None
                     out.append(Entry(info.path, table, p[1], p[2], stamp))
-                elif not p and _is_trace(info.base_name):
-                    rel = info.path[len(base_table) + 1 :]
-                    if not any(_hidden(x) for x in rel.split("/")):
-                        bad.append((info.path, MISPLACED))
+                elif not p and _is_trace(info.base_name) and not any(map(_hidden, rel)):
+                    bad.append((info.path, MISPLACED))
     else:
+        tdir = os.path.join(root, table)
         for day, hv, hdir in _host_dirs(root, table, date_ok, host_ok, bad=bad):
             for f in _listdir(hdir, bad):
                 if _is_trace(f):
@@ -219,7 +219,7 @@ def list_entries(
         out += [
             Entry(b, table, dt.date.min, "", why=why)
             for b, why in bad
-            if _bad_in_scope(b, date_ok, host_ok)
+            if _bad_in_scope(b[len(tdir) + 1 :], date_ok, host_ok)
         ]
     return sorted(out, key=lambda e: e.path) if fs is not None else out
 
@@ -246,11 +246,12 @@ def _holds_data(path: str) -> bool:
     return False
 
 
-def _bad_in_scope(path: str, date_ok: DateOk, host_ok: HostOk) -> bool:
-    """Is a path the layout could not place in scope, as far as its folder names tell?"""
-    parts = path.replace(os.sep, "/").split("/")[-3:]
-    hv = next((v for x in parts if (v := _value(x, "host")) is not None), None)
-    day = next((d for x in parts if (d := parse_day(_value(x, "date") or "")) is not None), None)
+def _bad_in_scope(rel: str, date_ok: DateOk, host_ok: HostOk) -> bool:
+    """Is a path the layout could not place (``rel``: under its table's folder) in scope,
+    as far as its ``date=`` and ``host=`` folders, where they stand, tell?"""
+    parts = rel.replace(os.sep, "/").split("/")
+    day = parse_day(_value(parts[0], "date") or "")
+    hv = _value(parts[1], "host") if len(parts) > 1 and day is not None else None
     return (day is None or date_ok(day)) and (hv is None or host_ok(decode_host(hv)))
 
 
@@ -272,30 +273,40 @@ def folder_entries(
     )
 
 
-def _s3_prefixes(fs: Any, base: str, date_ok: DateOk, host_ok: HostOk) -> list[str]:
+def _s3_prefixes(
+    fs: Any, base: str, date_ok: DateOk, host_ok: HostOk, bad: list[tuple[str, str]]
+) -> list[str]:
     """The prefixes under a table to list in full: the table's own where most of its days
     are in scope, else its ``date=`` folders in scope, or their ``host=`` folders in scope
     where few hosts are. One delimiter listing a level decides, so a few days of a long
     history cost a few requests, not the whole table's keys (1,000 a request). A host
-    filter alone lists the table at once: a listing per day would cost more."""
+    filter alone lists the table at once: a listing per day would cost more. What those
+    listings show outside the layout goes into ``bad``, as a full listing would find it."""
     if date_ok is _all:
         return [base]
-    days = _s3_dirs(fs, base, "date")
-    keep = [d for v, d in days if (day := parse_day(v)) is not None and date_ok(day)]
+    odd: list[tuple[str, str]] = []  # what a full listing of a prefix kept finds itself
+    days = [(parse_day(v), d) for v, d in _s3_dirs(fs, base, "date", odd)]
+    keep = [d for day, d in days if day is not None and date_ok(day)]
+    odd += [(d, MISPLACED) for day, d in days if day is None]
     if 2 * len(keep) > len(days):
         return [base]
+    bad += odd
     if host_ok is _all:
         return keep
     out: list[str] = []
     for d in keep:
-        hosts = _s3_dirs(fs, d, "host")
+        odd = []
+        hosts = _s3_dirs(fs, d, "host", odd)
         mine = [h for v, h in hosts if host_ok(decode_host(v))]
-        out += [d] if 2 * len(mine) > len(hosts) else mine
+        whole = 2 * len(mine) > len(hosts)
+        out += [d] if whole else mine
+        bad += [] if whole else odd
     return out
 
 
-def _s3_dirs(fs: Any, prefix: str, key: str) -> list[tuple[str, str]]:
-    """(value, path) of the ``key=value`` folders right under ``prefix``."""
+def _s3_dirs(fs: Any, prefix: str, key: str, bad: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(value, path) of the ``key=value`` folders right under ``prefix``; any other folder,
+    or a Parquet object, there goes into ``bad`` (hidden names are passed over)."""
     from pyarrow.fs import FileSelector, FileType
 
     sel = FileSelector(prefix, recursive=False, allow_not_found=True)
@@ -304,6 +315,10 @@ def _s3_dirs(fs: Any, prefix: str, key: str) -> list[tuple[str, str]]:
         v = _value(info.base_name, key) if info.type == FileType.Directory else None
         if v is not None:
             out.append((v, info.path))
+        elif not _hidden(info.base_name) and (
+            info.type == FileType.Directory or _is_trace(info.base_name)
+        ):
+            bad.append((info.path, MISPLACED))
     return out
 
 

@@ -154,3 +154,57 @@ def test_parquet_outside_the_layout_is_named_not_skipped(buckets, scope: str, na
         assert all(e.why == layout.MISPLACED for e in bad)
         plain = layout.list_entries(root, "gpu_samples", fs, date_ok, host_ok)
         assert [e for e in got if not e.unlisted] == plain  # nothing else changes
+
+
+OUTSIDE = {  # Parquet outside the layout -> the scopes (of SCOPES_OUT) that must name it
+    "gpu_samples/date=20261105/host=gpu-a/bad-date.parquet": {"all", "day", "days", "day+host", "host"},
+    "gpu_samples/backup/date=2026-11-05/host=gpu-a/nested.parquet": {"all", "day", "days", "day+host", "host"},
+    "gpu_samples/date=2026-11-05/loose.parquet": {"all", "day", "days", "day+host", "host"},
+    "gpu_samples/loose-top.parquet": {"all", "day", "days", "day+host", "host"},
+    "gpu_samples/gpu_samples/date=2026-11-03/host=gpu-b/copied.parquet": {"all", "day", "days", "day+host", "host"},
+    "gpu_samples/date=2026-11-02/host=gpu-a/sub/deep.parquet": {"all", "host"},
+    "gpu_samples/_staging/date=2026-11-05/host=gpu-a/hidden.parquet": set(),
+}  # fmt: skip
+SCOPES_OUT: dict[str, tuple[layout.DateOk, layout.HostOk]] = {
+    "all": (layout.ANY, layout.ANY),
+    "day": (_one(DAYS[4]), layout.ANY),
+    "days": (lambda d: d >= DAYS[4], layout.ANY),
+    "day+host": (_one(DAYS[4]), lambda h: h == "gpu-a"),
+    "host": (layout.ANY, lambda h: h == "gpu-a"),
+}
+
+
+@pytest.fixture(scope="module")
+def odd_buckets(tmp_path_factory):
+    local = tmp_path_factory.mktemp("odd")
+    rels = [f"{layout.partition('gpu_samples', d, h)}/f.parquet" for d in DAYS for h in HOSTS]
+    with moto_s3("odd") as env:
+        host, port = env["AWS_ENDPOINT_URL"].removeprefix("http://").split(":")
+        s3 = s3_with_bucket(host, int(port), "odd")
+        for rel in rels + list(OUTSIDE):
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            (local / rel).write_bytes(b"x")
+            with s3.open_output_stream(f"odd/{rel}") as f:
+                f.write(b"x")
+        yield str(local), s3
+
+
+@pytest.mark.parametrize("scope", SCOPES_OUT)
+def test_s3_and_a_folder_name_the_same_data_outside_the_layout(odd_buckets, scope) -> None:
+    """On S3 a table copied into itself was read as data, a copy one level down was
+    dropped without a word, and a narrow scope's listings saw none of it, where a folder
+    named all of it. A folder is named as a folder, an object by its key."""
+    local, s3 = odd_buckets
+    date_ok, host_ok = SCOPES_OUT[scope]
+    want = sorted(k for k, scopes in OUTSIDE.items() if scope in scopes)
+    got = {}
+    for root, fs in ((local, None), ("odd", s3)):
+        es = layout.list_entries(root, "gpu_samples", fs, date_ok, host_ok, bad_folders=True)
+        named = [e.path.removeprefix(root).strip("/") for e in es if e.unlisted]
+        got[fs is None] = sorted(
+            k for k in OUTSIDE if any(k.startswith(n + "/") or k == n for n in named)
+        )
+        assert len(named) == len(set(named)), named  # each once
+        plain = [e.path for e in es if not e.unlisted]
+        assert not [p for p in plain if p.removeprefix(root).strip("/") in OUTSIDE], plain
+    assert got[True] == got[False] == want, got
