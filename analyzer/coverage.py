@@ -113,7 +113,7 @@ def _container_pids(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> No
     PyTorch's allocator (AP003) was not compared for them."""
     try:
         rows = con.execute(
-            "SELECT host, count(DISTINCT pid) FROM allocator_samples "
+            "SELECT host, count(DISTINCT (pid_ns, pid)) FROM allocator_samples "
             "WHERE pid_ns IS NOT NULL GROUP BY host ORDER BY host"
         ).fetchall()
     except duckdb.Error:

@@ -40,15 +40,20 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+WIDTHS = ("bucket_s", "long_bucket_s", "proc_bin_s", "alloc_bin_s", "chart_block")
+
+
 def out_of_range(key: str, value: float) -> str | None:
-    """Why a value cannot be the rollup parameter ``key`` (a width, a count or a
-    threshold): None where it can be. Zero widths failed in DuckDB's words, negative
-    ones ran and gave nonsense."""
+    """Why a value cannot be the rollup parameter ``key``: None where it can be. A width
+    of zero failed in DuckDB's words, negative ones ran and gave nonsense; a threshold
+    of zero is a choice."""
+    if key in WIDTHS:
+        return None if value > 0 else "above 0 (a width)"
     if key == "idle_util_pct":
         return None if 0 <= value <= 100 else "a percentage, 0 to 100"
     if key.endswith("_fraction"):
-        return None if 0 < value <= 1 else "a share, above 0 and at most 1"
-    return None if value > 0 else "above 0"
+        return None if 0 <= value <= 1 else "a share, 0 to 1"
+    return None if value >= 0 else "0 or more"
 
 
 ROLLUP_TABLES = (

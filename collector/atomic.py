@@ -13,13 +13,15 @@ import secrets
 from pathlib import Path
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool = True) -> Path:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, fsync: bool = True, mode: int | None = None
+) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and rename it.
 
     Creates missing parent folders. Raises OSError (full disk, no permission) after
     removing the temporary file. A symlink is followed (the file it names is replaced, the
     link stays); a device, FIFO or socket (``--out /dev/stdout``) is written to, never
-    replaced.
+    replaced. ``mode``: the file's permissions whatever the umask, set before it is in place.
     """
     target = Path(os.path.realpath(path))
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -34,6 +36,8 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
             fh.write(raw)
             if fsync:
                 fh.flush()

@@ -133,14 +133,18 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     if not Path("/proc", str(pid)).is_dir():
         click.echo(f"leakcollect: no process {pid} here", err=True)
         sys.exit(exitcodes.NOTHING)
-    ns, inner = _in_its_namespace(pid)
+    try:
+        ns, inner = _in_its_namespace(pid)
+    except OSError as e:  # in a container, and its namespace not ours to read
+        click.echo(f"leakcollect: pid {pid} is in a container: {e} (run as root)", err=True)
+        sys.exit(exitcodes.NOTHING)
     trigger = folder / (
         f"snapshot-{pid}.trigger" if ns is None else f"snapshot-{ns}-{inner}.trigger"
     )
     asked = time.time()
     try:
-        write_atomic(trigger, json.dumps({"seconds": seconds, "max_entries": max_entries}))
-        os.chmod(trigger, 0o644)  # the server may be another user, and the umask 077
+        req = json.dumps({"seconds": seconds, "max_entries": max_entries})
+        write_atomic(trigger, req, mode=0o644)  # the server may be another user; umask 077
     except OSError as e:
         click.echo(f"leakcollect: cannot write {trigger}: {e}", err=True)
         sys.exit(exitcodes.NOTHING)
@@ -164,12 +168,12 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
 
 def _in_its_namespace(pid: int, proc: str = "/proc") -> tuple[int | None, int]:
     """(PID namespace, PID in it) of a process in a container (whose probe knows only the
-    inner PID), else (None, pid)."""
+    inner PID), else (None, pid). OSError: in a container, but its namespace unreadable."""
     try:
         with open(f"{proc}/{pid}/status", encoding="utf-8") as f:
             nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
-        if len(nspid) > 1:
-            return os.stat(f"{proc}/{pid}/ns/pid").st_ino, int(nspid[-1])
-    except (OSError, ValueError):
-        pass
-    return None, pid
+    except OSError:
+        return None, pid
+    if len(nspid) < 2 or not nspid[-1].isdigit():
+        return None, pid
+    return os.stat(f"{proc}/{pid}/ns/pid").st_ino, int(nspid[-1])

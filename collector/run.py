@@ -231,7 +231,11 @@ def _sample_and_read(
         for p in cfg.logs
     ]
     if cfg.probe_spool is not None:
-        end.append(SpoolSource(cfg.probe_spool, now, cfg.host, str(cfg.proc_root)))
+        end.append(
+            SpoolSource(
+                cfg.probe_spool, now, cfg.host, str(cfg.proc_root), cfg.state_dir / spool.PIDMAP
+            )
+        )
     drained = spool.Drained()
     if stop.is_set():
         for s in end:  # nothing is lost: the next run starts at the same cursor

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from collector import httpprobe, logtail, scrape, spool
@@ -299,12 +300,25 @@ class SpoolSource(Source):
     kind = "allocator"
     winds_down = True
 
-    def __init__(self, folder: str, now: dt.datetime, host: str, proc_root: str = "/proc") -> None:
+    def __init__(
+        self,
+        folder: str,
+        now: dt.datetime,
+        host: str,
+        proc_root: str = "/proc",
+        state: Path | None = None,
+    ) -> None:
         super().__init__(folder, now, host)
-        self.proc_root = proc_root
+        self.proc_root, self.state = proc_root, state
 
     def collect(self, deadline: float) -> Outcome:
-        drained = spool.drain(self.label, self.host, deadline=deadline, proc_root=self.proc_root)
+        pids = spool.load_pids(self.state) if self.state else {}
+        before = dict(pids)
+        drained = spool.drain(
+            self.label, self.host, deadline=deadline, proc_root=self.proc_root, pids=pids
+        )
+        if self.state and pids != before:
+            drained.errors += spool.save_pids(self.state, pids)
         return Outcome(
             rows={"allocator_samples": drained.rows}, errors=drained.errors, extra=drained
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.atomic import write_atomic
 from collector.probe_hook.leakprobe import DONE, PART
 
 INT_FIELDS = {
@@ -65,19 +66,47 @@ def _record(rec: Any, host: str) -> dict[str, Any]:
     return row
 
 
-def host_pids(rows: list[dict[str, Any]], proc_root: str | os.PathLike[str]) -> None:
+PIDMAP_MAX = 4096  # container processes remembered (their last rows come after they end)
+
+
+def _pid_key(r: dict[str, Any]) -> str:
+    """A container process: its namespace, its PID there, its start (a namespace's inode
+    can be handed out again once the namespace is gone)."""
+    start = r.get("process_start")
+    return f"{r['pid_ns']}/{r['pid']}/{'' if start is None else round(start.timestamp(), 2)}"
+
+
+def host_pids(
+    rows: list[dict[str, Any]],
+    proc_root: str | os.PathLike[str],
+    known: dict[str, int] | None = None,
+) -> None:
     """Give rows written in another PID namespace (a container) the host's PID, as NVML
-    and the process table have it; ``pid_ns`` stays set on a row only where that could not
-    be done (the process gone, or its /proc/PID/ns not readable by this user)."""
+    and the process table have it. ``known`` (kept by the caller between runs) remembers
+    each process found: its last file is drained after it ended, when /proc no longer
+    has it. ``pid_ns`` stays set on a row only where neither tells (its /proc/PID/ns not
+    readable by this user, say)."""
+    known = {} if known is None else known
+    _host_pids(rows, proc_root, known)
+    for r in rows:
+        if r["pid_ns"] is not None and (hp := known.get(_pid_key(r))) is not None:
+            r["pid"], r["pid_ns"] = hp, None
+    while len(known) > PIDMAP_MAX:
+        known.pop(next(iter(known)))
+
+
+def _host_pids(
+    rows: list[dict[str, Any]], proc_root: str | os.PathLike[str], known: dict[str, int]
+) -> None:
     root = Path(proc_root)
     try:
         own = os.stat(root / "self" / "ns" / "pid").st_ino
     except OSError:
         own = None
-    wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None} - {own}
     for r in rows:
         if r["pid_ns"] == own:
             r["pid_ns"] = None
+    wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None and _pid_key(r) not in known}
     if not wanted:
         return
     found: dict[tuple[int, int], int] = {}
@@ -96,7 +125,27 @@ def host_pids(rows: list[dict[str, Any]], proc_root: str | os.PathLike[str]) -> 
             found[(ns, int(nspid[-1]))] = int(d.name)
     for r in rows:
         if r["pid_ns"] is not None and (hp := found.get((r["pid_ns"], r["pid"]))) is not None:
-            r["pid"], r["pid_ns"] = hp, None
+            known[_pid_key(r)] = hp
+
+
+PIDMAP = "container-pids.json"  # in the state folder: what host_pids found, across runs
+
+
+def load_pids(path: Path) -> dict[str, int]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError, TypeError):
+        return {}  # none yet, or unreadable: found again while the processes run
+
+
+def save_pids(path: Path, pids: dict[str, int]) -> list[str]:
+    """Errors (none when saved): the map is knowledge, not data; a failure is said."""
+    try:
+        write_atomic(path, json.dumps(pids))
+        return []
+    except OSError as e:
+        return [f"{path}: container PIDs not saved: {e}"]
 
 
 def snapshot_pid(name: str) -> int:
@@ -114,6 +163,7 @@ def drain(
     deadline: float | None = None,
     max_bytes: int = MAX_BYTES,
     proc_root: str | os.PathLike[str] = "/proc",
+    pids: dict[str, int] | None = None,
 ) -> Drained:
     """Read what the probe has finished writing. Never deletes anything.
 
@@ -169,5 +219,5 @@ def drain(
                 if len(out.errors) < MAX_ERRORS:
                     out.errors.append(f"{f}:{i}: bad probe record: {e}")
         out.files.append(f)
-    host_pids(out.rows, proc_root)
+    host_pids(out.rows, proc_root, pids)
     return out

@@ -316,19 +316,19 @@ def build(doc: FindingsDocument, generated_at: str | None = None) -> ReportModel
 def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict], incomplete: list[str]) -> str:
     if not doc.has_data():
         return "No data in scope: nothing could be checked."
-    if not doc.series and not doc.findings:  # allocator records or logs alone, say
-        ran = sum(r.status in ("clean", "fired") for r in doc.run.rules)
-        return (
-            f"No finding from the {plural(ran, 'rule')} that could run; GPU memory was not "
-            "checked: no GPU memory samples in scope."
-        )
-    gpus = plural(len(doc.series), "GPU")
     partial = (
         f" The analysis is incomplete: {plural(len(incomplete), 'thing')} could not be "
         "checked (listed below)."
         if incomplete
         else ""
     )
+    if not doc.series and not doc.findings:  # allocator records or logs alone, say
+        ran = sum(r.status in ("clean", "fired") for r in doc.run.rules)
+        return (
+            f"No finding from the {plural(ran, 'rule')} that could run; GPU memory was not "
+            "checked: no GPU memory samples were read." + partial
+        )
+    gpus = plural(len(doc.series), "GPU")
     leaks = [v for v in verdicts if v.is_leak]
     if not leaks:
         cache = sum(1 for v in verdicts if "cache.growth" in v.categories)

@@ -97,10 +97,11 @@ def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
         # a zero width failed in DuckDB's words, a negative one ran and gave nonsense
         (
             ["analyze", "{bucket}", "--param", "rollup.alloc_bin_s=0"],
-            "alloc_bin_s=0: must be above 0",
+            "alloc_bin_s=0: must be above 0 (a width)",
         ),
         (["analyze", "{bucket}", "--param", "rollup.proc_bin_s=-5"], "must be above 0"),
-        (["analyze", "{bucket}", "--param", "rollup.loaded_fraction=2"], "at most 1"),
+        (["analyze", "{bucket}", "--param", "rollup.min_idle_s=-1"], "must be 0 or more"),
+        (["analyze", "{bucket}", "--param", "rollup.loaded_fraction=2"], "must be a share, 0 to 1"),
         (
             ["analyze", "{bucket}", "--since", "2026-11-26", "--until", "2026-11-23"],
             "--since 2026-11-26 is after --until 2026-11-23",

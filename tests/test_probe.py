@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -601,18 +602,25 @@ def test_container_pids_become_the_hosts(tmp_path: Path) -> None:
         {"pid": 8, "pid_ns": box},  # ended before the drain: not mapped
         {"pid": 5, "pid_ns": None},  # an older probe: left as it was
     ]
-    host_pids(rows, root)
+    known: dict[str, int] = {}  # kept by the collector in its state folder
+    host_pids(rows, root, known)
     assert rows == [
         {"pid": 4242, "pid_ns": None},
         {"pid": 99, "pid_ns": None},
         {"pid": 8, "pid_ns": box},
         {"pid": 5, "pid_ns": None},
     ]
+    # the process ends; its last file is drained after: it is still the host's 4242
+    shutil.rmtree(root / "4242")
+    last = [{"pid": 7, "pid_ns": box}]
+    host_pids(last, root, known)
+    assert last == [{"pid": 4242, "pid_ns": None}]
 
 
 BOXED = textwrap.dedent(
     """
-    import sys, time, leakprobe
+    import signal, sys, time, leakprobe
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its last file closed at exit
     probe = leakprobe._started["probe"]
     probe.rotate_s = 0.2  # closed files, for the drain
     probe.stats = lambda: [{"device": 0, "allocated": 1 << 20}]
@@ -653,6 +661,11 @@ def test_a_server_in_its_own_pid_namespace_is_matched_to_its_host_pid(tmp_path: 
         assert r.exit_code == 0, r.output
         ns = os.stat(f"/proc/{host_pid}/ns/pid").st_ino
         assert (spool / f"snapshot-{ns}-1.trigger").exists()  # the name its probe looks for
+        time.sleep(0.5)  # more records, in a file closed only when the process ends
+        os.kill(host_pid, signal.SIGTERM)
+        box.wait(timeout=20)
+        assert list(spool.glob("*.jsonl"))  # drained after the process ended
+        assert collect(cfg, say=lambda m: None) == 0
     finally:
         box.kill()
         box.wait()
@@ -675,7 +688,11 @@ def test_unmatched_container_pids_leave_the_analysis_incomplete(tmp_path: Path) 
         w.write(table, rows)
     doc = analyze(tmp_path, load_packs())
     assert not [r for r in doc.run.incomplete if "container" in r]
-    alloc = [{**r, "pid": 1, "pid_ns": 4026532999} for r in data["allocator_samples"]]
+    # two containers, each with its server as PID 1: two processes
+    alloc = [
+        {**r, "pid": 1, "pid_ns": 4026532999 + (i % 2)}
+        for i, r in enumerate(data["allocator_samples"])
+    ]
     assert alloc
     other = tmp_path.parent / "boxed"
     w = BucketWriter(other, "gpu-1")
@@ -683,7 +700,7 @@ def test_unmatched_container_pids_leave_the_analysis_incomplete(tmp_path: Path) 
         w.write(table, rows)
     doc = analyze(other, load_packs())
     (said,) = [r for r in doc.run.incomplete if "container" in r]
-    assert said.startswith("host gpu-1: the allocator probe's records of 1 process carry"), said
+    assert said.startswith("host gpu-1: the allocator probe's records of 2 processes carry"), said
 
 
 def test_records_dropped_for_a_full_spool_are_a_gap_in_the_analysis(tmp_path: Path) -> None:

@@ -190,4 +190,7 @@ def test_data_without_gpu_samples_is_not_called_no_data() -> None:
     ]
     cls, line = _verdict(render_report(doc, generated_at=FIXED))
     assert cls == "bad" and line.startswith("No finding from the 1 rule that could run"), line
-    assert "GPU memory was not checked" in line
+    assert "GPU memory was not checked" in line and "incomplete" not in line
+    doc.run.incomplete = ["file left out: /b/gpu_samples/date=2026-11-30/host=a/f.parquet: x"]
+    cls, line = _verdict(render_report(doc, generated_at=FIXED))
+    assert "The analysis is incomplete: 1 thing could not be checked" in line, line
