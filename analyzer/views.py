@@ -11,7 +11,15 @@ import pyarrow as pa
 from collector.schema import TABLES, TS
 
 # the DuckDB type of an optional column's NULLs, where no file has the column yet
-_SQL_TYPE = {pa.string(): "VARCHAR", TS: "TIMESTAMPTZ"}
+# the SQL type of an optional column a file written before it lacks (collector.schema)
+_SQL_TYPE = {
+    pa.string(): "VARCHAR",
+    TS: "TIMESTAMPTZ",
+    pa.int64(): "BIGINT",
+    pa.int32(): "INTEGER",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+}
 
 
 def sql_str(s: str) -> str:
