@@ -9,6 +9,7 @@ import sys
 import click
 
 from analyzer import __version__, exitcodes
+from leakreport import Sigint
 from leakreport.cmd_analyze import analyze, fleet, report
 from leakreport.cmd_bucket import compact, rollup
 from leakreport.cmd_logs import logs
@@ -40,6 +41,7 @@ def main() -> None:
     """The command line, with Ctrl-C (SIGINT) ending in exit 130 wherever it lands."""
     try:
         code = cli.main(prog_name="leakreport", standalone_mode=False)
+        Sigint.check()  # a Ctrl-C whose exception Python swallowed still ends in 130
     except (KeyboardInterrupt, click.exceptions.Abort) as e:
         if isinstance(e, click.exceptions.Abort) and not isinstance(
             e.__cause__, KeyboardInterrupt

@@ -12,6 +12,7 @@ import click
 from analyzer import exitcodes
 from analyzer.outputs import data_span
 from analyzer.progress import plural
+from leakreport import Sigint
 from leakreport.common import (
     EPILOG_EXIT,
     Console,
@@ -114,6 +115,7 @@ def analyze(
     write_out(text, out)
     if textfile:
         try:
+            Sigint.check()
             outputs.write_atomic(textfile, outputs.textfile(doc))
         except (OSError, ValueError) as e:
             die(f"--textfile: {e}")

@@ -23,6 +23,7 @@ from analyzer.progress import plural
 from collector.atomic import write_atomic
 from collector.clikit import verbosity_level
 from collector.clikit import verbosity_options as verbosity_options_of
+from leakreport import Sigint
 from leakreport.options import AnalysisOptions
 
 
@@ -112,7 +113,9 @@ def console() -> Console:
 
 
 def write_out(text: str, out: str | None, what: str = "--out") -> None:
-    """Machine output to stdout, or atomically to a file (a one-line error, never a traceback)."""
+    """Machine output to stdout, or atomically to a file (a one-line error, never a traceback).
+    Nothing after a Ctrl-C, even one whose KeyboardInterrupt Python swallowed."""
+    Sigint.check()
     if out is None or out == "-":
         click.echo(text, nl=not text.endswith("\n"))
         return
