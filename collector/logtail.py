@@ -55,6 +55,7 @@ from collector.logrotation import FP_BYTES, Gen, Snap, snapshot
 from collector.logrotation import head as _head
 
 MAX_LINE = logsig.MAX_LINE_BYTES
+FP_VERSION = 2  # 2: a cursor's fingerprint is of the bytes after leading NULs (logrotation.head)
 CHUNK = 256 << 10  # a deadline is checked between chunks: each is a few ms of parsing
 WATCHED = 16  # rotated files read again each run for late lines (see _finish_watched)
 
@@ -94,7 +95,8 @@ def _sha1(*parts: bytes) -> bytes:
 
 def _cursor(inode: int, first: bytes, offset: int) -> Cursor:
     """A cursor at ``offset`` of the file whose first bytes (up to 4 KiB) are ``first``."""
-    return {"inode": inode, "offset": offset, "fp": _sha1(first).hex()[:16], "fp_len": len(first)}
+    fp = _sha1(first).hex()[:16]
+    return {"inode": inode, "offset": offset, "fp": fp, "fp_len": len(first), "fp_v": FP_VERSION}
 
 
 def _stamp(f: IO[bytes], offset: int) -> Cursor:
@@ -107,15 +109,22 @@ def _offset(cur: Cursor) -> int:
     return int(cur.get("offset", 0))
 
 
-def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor) -> bool:
-    """Does this file (or these first bytes of it) start as the cursor's file did?"""
+def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor, raw: IO[bytes] | None = None) -> bool:
+    """Does this file (or these first bytes of it, ``raw`` being the file) start as the
+    cursor's file did?"""
     if "fp" not in cur:
         return True  # a cursor from before fingerprints: trust the inode
     n = int(cur.get("fp_len", 0))
     if size < n:  # (a file grown since it was listed is not the cursor's)
         return False
     first = f[:n] if isinstance(f, bytes) else _head(f, n)
-    return len(first) == n and bool(_sha1(first).hex()[:16] == cur["fp"])
+    if len(first) == n and _sha1(first).hex()[:16] == cur["fp"]:
+        return True
+    raw = raw if raw is not None or isinstance(f, bytes) else f
+    if cur.get("fp_v") is None and raw is not None:
+        # taken before fingerprints passed over leading NULs: it hashed them
+        return bool(_sha1(os.pread(raw.fileno(), n, 0)).hex()[:16] == cur["fp"])
+    return False
 
 
 def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
@@ -315,7 +324,7 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None) -> TailResult:
         start = 0
         if cursor:
             same_inode = cursor.get("inode") == st.st_ino
-            if same_inode and _offset(cursor) <= size and _matches(snap.head, size, cursor):
+            if same_inode and _offset(cursor) <= size and _matches(snap.head, size, cursor, f):
                 start = _offset(cursor)
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
                     watch += _copies_since(rd, snap, cursor, {w["inode"] for w in watch})

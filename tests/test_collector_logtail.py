@@ -370,3 +370,27 @@ def test_a_copytruncate_in_the_middle_of_a_read_loses_nothing(tmp_path, monkeypa
     monkeypatch.undo()
     r3 = tail(str(log), r2.cursor, NOW, "h")
     assert _all([r1, r2, r3]) == list(range(9))
+
+
+def test_a_cursor_saved_before_fingerprints_passed_over_nuls_resumes(tmp_path) -> None:
+    """After the upgrade, a cursor of a log written without O_APPEND (its fingerprint, as
+    saved before, hashed the hole's zeros) no longer matched: the log was said to be
+    rewritten, the run exited 1, and everything since the copytruncate was read twice."""
+    import hashlib
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"\0" * 9000 + _lines(0, 3).encode())  # after a copytruncate
+    size = os.path.getsize(log)
+    first = log.read_bytes()[:4096]
+    old = {  # the cursor as the previous version saved it
+        "inode": os.stat(log).st_ino,
+        "offset": size,
+        "fp": hashlib.sha1(first).hexdigest()[:16],
+        "fp_len": len(first),
+    }
+    _write(log, _lines(3, 5))
+    r = tail(str(log), old, NOW, "h")
+    assert _all([r]) == [3, 4] and not r.notes, r.notes
+    assert r.cursor["fp_v"] == 2  # saved the new way from now on
+    _write(log, _lines(5, 6))
+    assert _all([tail(str(log), r.cursor, NOW, "h")]) == [5]

@@ -752,3 +752,25 @@ def test_torch_stats_reports_the_devices_the_process_uses(monkeypatch) -> None:
     reserved[2] = 0
     got = leakprobe.torch_stats() or []
     assert [(d["device"], d["reserved"]) for d in got] == [(2, 0)]
+
+
+def test_drops_an_older_probe_wrote_on_every_device_are_counted_once(tmp_path: Path) -> None:
+    """Before the count went on one record, the probe wrote it on each device's record of
+    the sample: 12 dropped on a 4-GPU process read as 48."""
+    from analyzer.packs import load_packs
+    from analyzer.ruletest import generate_gpu
+    from analyzer.runner import analyze
+    from collector.writer import BucketWriter
+
+    w = BucketWriter(tmp_path, "gpu-1")
+    for gpu in range(4):
+        data = generate_gpu({"cycles": 2, "alloc_mib": 500.0, "gpu": gpu})
+        alloc = data.pop("allocator_samples")
+        alloc = [
+            {**r, "device": gpu, "dropped": 12 if i == 3 else None} for i, r in enumerate(alloc)
+        ]
+        for table, rows in {**data, "allocator_samples": alloc}.items():
+            w.write(table, rows)
+    doc = analyze(tmp_path, load_packs())
+    (said,) = [g for g in doc.run.gaps if "dropped" in g]
+    assert "dropped 12 records of 1 process" in said, said

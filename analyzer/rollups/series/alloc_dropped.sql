@@ -1,7 +1,11 @@
 -- Allocator probe records dropped while its spool was full (each count rides on the next
--- record the probe could write), per host: a hole in the allocator's series.
-SELECT host, sum(dropped) AS n, count(DISTINCT pid) AS procs
-FROM allocator_samples
-WHERE dropped > 0
+-- record the probe could write), per host: a hole in the allocator's series. Probes before
+-- the count went on one record wrote it on every device's record of that sample: one per
+-- process and time.
+SELECT host, sum(n) AS n, count(DISTINCT pid) AS procs
+FROM (SELECT host, pid, ts, max(dropped) AS n
+      FROM allocator_samples
+      WHERE dropped > 0
+      GROUP BY host, pid, ts)
 GROUP BY host
 ORDER BY host
