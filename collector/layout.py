@@ -315,11 +315,27 @@ def _s3_dirs(fs: Any, prefix: str, key: str, bad: list[tuple[str, str]]) -> list
         v = _value(info.base_name, key) if info.type == FileType.Directory else None
         if v is not None:
             out.append((v, info.path))
-        elif not _hidden(info.base_name) and (
-            info.type == FileType.Directory or _is_trace(info.base_name)
+        elif _hidden(info.base_name):
+            continue
+        elif _is_trace(info.base_name) or (
+            info.type == FileType.Directory and _s3_holds_data(fs, info.path)
         ):
             bad.append((info.path, MISPLACED))
     return out
+
+
+def _s3_holds_data(fs: Any, prefix: str) -> bool:
+    """Is there a Parquet object under ``prefix`` (hidden names passed over), as
+    :func:`_holds_data` asks of a folder? One listing of it: such folders are rare."""
+    from pyarrow.fs import FileSelector, FileType
+
+    sel = FileSelector(prefix, recursive=True, allow_not_found=True)
+    return any(
+        i.type == FileType.File
+        and _is_trace(i.base_name)
+        and not any(map(_hidden, i.path[len(prefix) + 1 :].split("/")))
+        for i in fs.get_file_info(sel)
+    )
 
 
 def parse_day(value: str) -> dt.date | None:

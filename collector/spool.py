@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.atomic import write_atomic
-from collector.probe_hook.leakprobe import DONE, PART
+from collector.probe_hook.leakprobe import DONE, PART, boot_time, start_seconds
 
 INT_FIELDS = {
     "allocated": "allocated_bytes",
@@ -87,7 +87,7 @@ def host_pids(
     has it. ``pid_ns`` stays set on a row only where neither tells (its /proc/PID/ns not
     readable by this user, say)."""
     known = {} if known is None else known
-    _host_pids(rows, proc_root, known)
+    _host_pids(rows, proc_root, known)  # /proc first: what lives now is what it says
     for r in rows:
         if r["pid_ns"] is not None and (hp := known.get(_pid_key(r))) is not None:
             r["pid"], r["pid_ns"] = hp, None
@@ -106,10 +106,11 @@ def _host_pids(
     for r in rows:
         if r["pid_ns"] == own:
             r["pid_ns"] = None
-    wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None and _pid_key(r) not in known}
+    wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None}
     if not wanted:
         return
-    found: dict[tuple[int, int], int] = {}
+    found: dict[tuple[int, int], tuple[int, float | None]] = {}  # -> (host PID, start)
+    btime = boot_time(str(root))
     for d in os.scandir(root):
         if not d.name.isdigit():
             continue
@@ -119,13 +120,24 @@ def _host_pids(
                 continue
             with open(os.path.join(d.path, "status"), encoding="utf-8") as f:
                 nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
-        except OSError:  # gone, or another user's (needs root)
+            with open(os.path.join(d.path, "stat"), encoding="utf-8") as f:
+                start = None if btime is None else start_seconds(f.read(), btime)
+        except (OSError, ValueError, IndexError):  # gone, or another user's (needs root)
             continue
         if nspid:
-            found[(ns, int(nspid[-1]))] = int(d.name)
+            found[(ns, int(nspid[-1]))] = (int(d.name), start)
     for r in rows:
-        if r["pid_ns"] is not None and (hp := found.get((r["pid_ns"], r["pid"]))) is not None:
-            known[_pid_key(r)] = hp
+        if r["pid_ns"] is None or (got := found.get((r["pid_ns"], r["pid"]))) is None:
+            continue
+        hp, start = got
+        mine = r.get("process_start")
+        if mine is not None and start is not None and abs(mine.timestamp() - start) > 2:
+            continue  # the PID is another process's now: its own was remembered, or not
+        if mine is not None:  # without its start a key could be another process's later
+            key = _pid_key(r)
+            known.pop(key, None)  # (kept newest last: the oldest are dropped first)
+            known[key] = hp
+        r["pid"], r["pid_ns"] = hp, None
 
 
 PIDMAP = "container-pids.json"  # in the state folder: what host_pids found, across runs

@@ -10,21 +10,30 @@ from types import FrameType
 
 
 class Sigint:
-    """Whether Ctrl-C (SIGINT) came. Python drops a KeyboardInterrupt raised inside some
-    callbacks (an import's module-lock cleanup prints "Exception ignored in ..." and goes
-    on), so the signal is remembered too, and checked before anything is written."""
+    """Ctrl-C (SIGINT) seen. Python drops a KeyboardInterrupt raised inside some callbacks
+    (an import's module-lock cleanup prints "Exception ignored in ..." and goes on), so
+    the signal is counted too, and checked before anything is written. Only signals since
+    the command began count (:meth:`begin`): one a caller handled before is not pending."""
 
-    seen = False
+    count = 0
+    mark = 0
+
+    @classmethod
+    def begin(cls) -> None:
+        """A command starts: any earlier Ctrl-C was dealt with."""
+        cls.mark = cls.count
 
     @classmethod
     def check(cls) -> None:
-        """KeyboardInterrupt if Ctrl-C came, even where its exception was swallowed."""
-        if cls.seen:
+        """KeyboardInterrupt if Ctrl-C came since :meth:`begin`, even where its exception
+        was swallowed (said once)."""
+        if cls.count > cls.mark:
+            cls.mark = cls.count
             raise KeyboardInterrupt
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    Sigint.seen = True
+    Sigint.count += 1
     _signal.default_int_handler(signum, frame)
 
 

@@ -31,6 +31,7 @@ def cli() -> None:
       leakreport fleet /tmp/fleet --week 2026-W48 --out fleet.html
     The traces come from `leakcollect` on each GPU host (or its importers).
     """
+    Sigint.begin()
 
 
 for command in (simulate, analyze, report, fleet, compact, rollup, rules, logs, eval_cmd):
@@ -40,6 +41,8 @@ for command in (simulate, analyze, report, fleet, compact, rollup, rules, logs, 
 def main() -> None:
     """The command line, with Ctrl-C (SIGINT) ending in exit 130 wherever it lands."""
     try:
+        if Sigint.count:  # Ctrl-C while starting up, its exception swallowed: stop here
+            raise KeyboardInterrupt
         code = cli.main(prog_name="leakreport", standalone_mode=False)
         Sigint.check()  # a Ctrl-C whose exception Python swallowed still ends in 130
     except (KeyboardInterrupt, click.exceptions.Abort) as e:

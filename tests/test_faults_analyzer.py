@@ -559,3 +559,23 @@ def test_a_ctrl_c_whose_exception_python_swallowed_still_ends_in_130(bucket, tmp
     assert "Exception ignored" in r.stderr  # the case itself: Python swallowed it
     assert r.returncode == 130 and not out.exists(), r.stderr[-1500:]
     assert "interrupted (Ctrl-C): nothing written at --out" in r.stderr
+
+
+def test_a_ctrl_c_a_caller_handled_does_not_stop_later_commands(tmp_path) -> None:
+    """The remembered Ctrl-C must not outlive its handling: a program (or test) that caught
+    the KeyboardInterrupt and runs another command in the same process got "Aborted!"."""
+    from click.testing import CliRunner
+
+    from leakreport.cli import cli
+
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-07 10:00:01] Decode batch. #running-req: 1, #token: 12, "
+                   "token usage: 0.71, gen throughput (token/s): 10.0, #queue-req: 0\n")  # fmt: skip
+    out = tmp_path / "events.jsonl"
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    except KeyboardInterrupt:
+        pass  # handled by the caller
+    r = CliRunner().invoke(cli, ["logs", "parse", str(log), "--out", str(out)])
+    assert r.exit_code == 0 and out.exists(), r.output

@@ -583,38 +583,66 @@ def test_the_role_of_a_module_launch_is_read_from_its_command_line(tmp_path: Pat
 
 def test_container_pids_become_the_hosts(tmp_path: Path) -> None:
     """A probe in a container knows its process as, say, PID 7; NVML and /proc name it
-    4242. The drain gives it the host's PID by the namespace the probe recorded; where
-    that cannot be done the row keeps pid_ns, which the analysis reports."""
+    4242. The drain gives it the host's PID by the namespace the probe recorded, and
+    remembers it (with the process's start) for the rows drained after it ended; where
+    neither tells, the row keeps pid_ns, which the analysis reports."""
     from collector.spool import host_pids
 
+    tick = os.sysconf("SC_CLK_TCK")
     root = tmp_path / "proc"
     (root / "self" / "ns").mkdir(parents=True)
     (root / "self" / "ns" / "pid").write_text("")  # a file's inode stands for a namespace
-    (root / "4242" / "ns").mkdir(parents=True)
-    (root / "4242" / "ns" / "pid").write_text("")
-    (root / "4242" / "status").write_text("Name:\tpython3\nNSpid:\t4242\t7\n")
+    (root / "stat").write_text("cpu 1 2 3\nbtime 1796000000\n")
+
+    def process(host_pid: int, inner: int, ticks: int) -> int:
+        d = root / str(host_pid)
+        (d / "ns").mkdir(parents=True, exist_ok=True)
+        if not (d / "ns" / "pid").exists():
+            (d / "ns" / "pid").write_text("")
+        (d / "status").write_text(f"Name:\tpython3\nNSpid:\t{host_pid}\t{inner}\n")
+        (d / "stat").write_text(f"{host_pid} (python3) " + " ".join(["S", *["0"] * 18, str(ticks)]))
+        return (d / "ns" / "pid").stat().st_ino
+
+    box = process(4242, 7, 100 * tick)
     (root / "99" / "ns").mkdir(parents=True)  # a process of ours: no NSpid chain
     own = (root / "self" / "ns" / "pid").stat().st_ino
-    box = (root / "4242" / "ns" / "pid").stat().st_ino
+    started = dt.datetime.fromtimestamp(1796000000 + 100, dt.UTC)
     rows = [
-        {"pid": 7, "pid_ns": box},  # the container's process: mapped
-        {"pid": 99, "pid_ns": own},  # the collector's own namespace: the PID is the host's
-        {"pid": 8, "pid_ns": box},  # ended before the drain: not mapped
-        {"pid": 5, "pid_ns": None},  # an older probe: left as it was
+        {"pid": 7, "pid_ns": box, "process_start": started},  # the container's: mapped
+        {"pid": 99, "pid_ns": own, "process_start": None},  # the collector's own namespace
+        {"pid": 8, "pid_ns": box, "process_start": started},  # ended before the drain
+        {"pid": 5, "pid_ns": None, "process_start": None},  # an older probe: as it was
     ]
     known: dict[str, int] = {}  # kept by the collector in its state folder
     host_pids(rows, root, known)
-    assert rows == [
-        {"pid": 4242, "pid_ns": None},
-        {"pid": 99, "pid_ns": None},
-        {"pid": 8, "pid_ns": box},
-        {"pid": 5, "pid_ns": None},
+    assert [(r["pid"], r["pid_ns"]) for r in rows] == [
+        (4242, None),
+        (99, None),
+        (8, box),
+        (5, None),
     ]
     # the process ends; its last file is drained after: it is still the host's 4242
     shutil.rmtree(root / "4242")
-    last = [{"pid": 7, "pid_ns": box}]
+    last = [{"pid": 7, "pid_ns": box, "process_start": started}]
     host_pids(last, root, known)
-    assert last == [{"pid": 4242, "pid_ns": None}]
+    assert (last[0]["pid"], last[0]["pid_ns"]) == (4242, None)
+    # the namespace's inode and the inner PID are handed out again, to a later process:
+    # /proc says so (its start differs), and the old process's late rows keep 4242
+    again = process(500, 7, 900 * tick)  # (a fake inode: the start tells them apart)
+    newer = dt.datetime.fromtimestamp(1796000000 + 900, dt.UTC)
+    late = [
+        {"pid": 7, "pid_ns": again, "process_start": started},
+        {"pid": 7, "pid_ns": again, "process_start": newer},
+    ]
+    host_pids(
+        late, root, {**known, **{k.replace(str(box), str(again)): v for k, v in known.items()}}
+    )
+    assert [r["pid"] for r in late] == [4242, 500]
+    # without a start, nothing is remembered: a key could be another process's later
+    blind = [{"pid": 7, "pid_ns": again, "process_start": None}]
+    mem: dict[str, int] = {}
+    host_pids(blind, root, mem)
+    assert blind[0]["pid"] == 500 and mem == {}
 
 
 BOXED = textwrap.dedent(
