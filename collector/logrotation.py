@@ -24,6 +24,19 @@ MAGIC_BYTES = max(len(m) for m in COMPRESSED_MAGIC)
 ROTATION_SEPARATORS = (".", "-", "_")
 
 
+def data_at(fd: int, pos: int) -> int:
+    """Where data starts at or after ``pos``: past a hole (``SEEK_DATA``), else ``pos``
+    (no hole there, only a hole after it, or no ``SEEK_DATA`` here). The descriptor's
+    offset is left as it was: a buffered reader on it keeps its own idea of it."""
+    at = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        return max(os.lseek(fd, pos, os.SEEK_DATA), pos)
+    except (OSError, AttributeError):
+        return pos
+    finally:
+        os.lseek(fd, at, os.SEEK_SET)
+
+
 def head(f: IO[bytes], n: int) -> bytes:
     """The first ``n`` bytes of an open file after any leading NULs, wherever its
     position is. A log written without O_APPEND starts with a hole of zeros after a
@@ -34,13 +47,7 @@ def head(f: IO[bytes], n: int) -> bytes:
     first = os.pread(fd, n, 0)
     if not first.startswith(b"\0"):
         return first
-    at = os.lseek(fd, 0, os.SEEK_CUR)  # restored: a buffered reader keeps its own idea
-    try:
-        start = os.lseek(fd, 0, os.SEEK_DATA)
-    except (OSError, AttributeError):  # nothing but a hole, or no SEEK_DATA here
-        start = 0
-    finally:
-        os.lseek(fd, at, os.SEEK_SET)
+    start = data_at(fd, 0)
     while True:  # the zeros of the first data block, or of a copy (no holes)
         block = os.pread(fd, 1 << 16, start)
         data = block.lstrip(b"\0")

@@ -51,7 +51,7 @@ from typing import IO, Any
 
 from collector import logsig
 from collector.atomic import write_atomic
-from collector.logrotation import FP_BYTES, Gen, Snap, snapshot
+from collector.logrotation import FP_BYTES, Gen, Snap, data_at, snapshot
 from collector.logrotation import head as _head
 
 MAX_LINE = logsig.MAX_LINE_BYTES
@@ -225,17 +225,10 @@ def _data_from(f: IO[bytes], pos: int) -> int:
     peek = getattr(f, "peek", None)
     if peek is None or peek(1)[:1] != b"\0":
         return pos
-    fd = f.fileno()
-    raw_at = os.lseek(fd, 0, os.SEEK_CUR)  # where the buffered reader left the descriptor
-    try:
-        data = os.lseek(fd, pos, os.SEEK_DATA)
-    except (OSError, AttributeError):  # ENXIO: only a hole (or nothing) after pos
-        data = pos
-    finally:
-        os.lseek(fd, raw_at, os.SEEK_SET)  # as the buffered reader believes it to be
+    data = data_at(f.fileno(), pos)
     if data > pos:
         f.seek(data)
-    return max(data, pos)
+    return data
 
 
 def _find(cands: list[Gen], cur: Cursor, by_inode: bool) -> int | None:
