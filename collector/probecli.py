@@ -14,6 +14,7 @@ import click
 from collector import exitcodes
 from collector.atomic import write_atomic
 from collector.probe_hook import leakprobe
+from collector.procfs import ProcFS
 
 HOOK_DIR = Path(leakprobe.__file__).resolve().parent
 DEFAULT_SPOOL = "/var/tmp/leakreport-probe"
@@ -166,14 +167,14 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     sys.exit(exitcodes.PARTIAL)
 
 
-def _in_its_namespace(pid: int, proc: str = "/proc") -> tuple[int | None, int]:
+def _in_its_namespace(pid: int) -> tuple[int | None, int]:
     """(PID namespace, PID in it) of a process in a container (whose probe knows only the
     inner PID), else (None, pid). OSError: in a container, but its namespace unreadable."""
+    proc = ProcFS()
     try:
-        with open(f"{proc}/{pid}/status", encoding="utf-8") as f:
-            nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
+        nspid = proc.nspid(pid)
     except OSError:
         return None, pid
-    if len(nspid) < 2 or not nspid[-1].isdigit():
+    if len(nspid) < 2:
         return None, pid
-    return os.stat(f"{proc}/{pid}/ns/pid").st_ino, int(nspid[-1])
+    return proc.pid_namespace(pid), nspid[-1]

@@ -71,6 +71,19 @@ class ProcFS:
         except (ValueError, IndexError):  # a stat line of another shape: start unknown
             return None
 
+    def pid_namespace(self, pid: int | str) -> int:
+        """The process's PID namespace (the inode of its ``ns/pid``; ``"self"`` for this
+        process). OSError: gone, or another user's (reading it needs root)."""
+        return os.stat(self.root / str(pid) / "ns" / "pid").st_ino
+
+    def nspid(self, pid: int) -> list[int]:
+        """The process's PID in each PID namespace it is in, this procfs's first and its
+        own (a container's) last; one value outside containers. OSError: gone."""
+        for line in self._read(pid, "status").splitlines():
+            if line.startswith("NSpid:"):
+                return [int(x) for x in line.split()[1:] if x.isdigit()]
+        return []
+
     def status(self, pid: int) -> dict[str, int | None]:
         out: dict[str, int | None] = {"vm_rss_bytes": None, "vm_size_bytes": None}
         for line in self._read(pid, "status").splitlines():

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.atomic import write_atomic
-from collector.probe_hook.leakprobe import DONE, PART, boot_time, start_seconds
+from collector.probe_hook.leakprobe import DONE, PART
+from collector.procfs import ProcFS
 
 INT_FIELDS = {
     "allocated": "allocated_bytes",
@@ -98,9 +99,9 @@ def host_pids(
 def _host_pids(
     rows: list[dict[str, Any]], proc_root: str | os.PathLike[str], known: dict[str, int]
 ) -> None:
-    root = Path(proc_root)
+    proc = ProcFS(Path(proc_root))
     try:
-        own = os.stat(root / "self" / "ns" / "pid").st_ino
+        own: int | None = proc.pid_namespace("self")
     except OSError:
         own = None
     for r in rows:
@@ -109,29 +110,23 @@ def _host_pids(
     wanted = {r["pid_ns"] for r in rows if r["pid_ns"] is not None}
     if not wanted:
         return
-    found: dict[tuple[int, int], tuple[int, float | None]] = {}  # -> (host PID, start)
-    btime = boot_time(str(root))
-    for d in os.scandir(root):
-        if not d.name.isdigit():
-            continue
+    found: dict[tuple[int, int], tuple[int, dt.datetime | None]] = {}  # -> (host PID, start)
+    for pid in proc.pids():
         try:
-            ns = os.stat(os.path.join(d.path, "ns", "pid")).st_ino
+            ns = proc.pid_namespace(pid)
             if ns not in wanted:
                 continue
-            with open(os.path.join(d.path, "status"), encoding="utf-8") as f:
-                nspid = next((x.split()[1:] for x in f if x.startswith("NSpid:")), [])
-            with open(os.path.join(d.path, "stat"), encoding="utf-8") as f:
-                start = None if btime is None else start_seconds(f.read(), btime)
-        except (OSError, ValueError, IndexError):  # gone, or another user's (needs root)
+            nspid, start = proc.nspid(pid), proc.start_time(pid)
+        except OSError:  # gone, or another user's (needs root)
             continue
         if nspid:
-            found[(ns, int(nspid[-1]))] = (int(d.name), start)
+            found[(ns, nspid[-1])] = (pid, start)
     for r in rows:
         if r["pid_ns"] is None or (got := found.get((r["pid_ns"], r["pid"]))) is None:
             continue
         hp, start = got
         mine = r.get("process_start")
-        if mine is not None and start is not None and abs(mine.timestamp() - start) > 2:
+        if mine is not None and start is not None and abs((mine - start).total_seconds()) > 2:
             continue  # the PID is another process's now: its own was remembered, or not
         if mine is not None:  # without its start a key could be another process's later
             key = _pid_key(r)
