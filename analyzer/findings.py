@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from analyzer.categories import CATEGORIES, SEVERITIES, severity_rank
-from collector.layout import encode_host
+from analyzer.progress import plural
+from collector.layout import encode_host, host_folders_in
 
 FINDINGS_SCHEMA_VERSION = 1
 
@@ -208,6 +209,13 @@ def host_reason(host: str, what: str) -> str:
 
 
 REPEATED = "repeating another row exactly, given once"  # a rule status' reason: N rows ...
+
+
+def repeated_rows(n: int) -> str:
+    """A rule status' reason: ``n`` of its rows repeated another row exactly."""
+    return f"{plural(n, 'row')} {REPEATED}"
+
+
 LEFT_OUT = "file left out: "  # + "path: why", a reason of ``run.incomplete``
 
 
@@ -216,8 +224,7 @@ def _left_out_of(reason: str, host: str) -> bool:
     or in no host folder at all (a table or date folder, loose data)?"""
     if not reason.startswith(LEFT_OUT):
         return False
-    path = reason[len(LEFT_OUT) :].split(": ", 1)[0]
-    folders = [x.removeprefix("host=") for x in path.split("/") if x.startswith("host=")]
+    folders = host_folders_in(reason[len(LEFT_OUT) :].split(": ", 1)[0])
     return not folders or encode_host(host) in folders
 
 

@@ -26,9 +26,8 @@ from typing import Any
 import duckdb
 
 from analyzer.casegen import GEN_DEFAULTS, generate_gpu  # generate_gpu: tests import it here
-from analyzer.findings import REPEATED, Finding
+from analyzer.findings import REPEATED, Finding, repeated_rows
 from analyzer.packs import Pack, Rule
-from analyzer.progress import plural
 from collector.writer import BucketWriter
 
 # A rule's status in a case: fired (findings), clean (ran, none), skipped, errored.
@@ -280,5 +279,5 @@ class CaseBucket:
             return "errored", rule.located(e), []
         finally:
             timer.cancel()
-        said = f"{plural(repeated, 'row')} {REPEATED}" if repeated else ""
+        said = repeated_rows(repeated) if repeated else ""
         return ("fired" if found else "clean"), said, found

@@ -20,13 +20,13 @@ from analyzer import __version__, coverage, logevents, memory, pods, rollup, row
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
     LEFT_OUT,
-    REPEATED,
     Finding,
     FindingsDocument,
     PackInfo,
     RuleStatus,
     RunInfo,
     iso_utc,
+    repeated_rows,
 )
 from analyzer.packs import Pack, Rule
 from analyzer.progress import plural
@@ -364,7 +364,7 @@ def _analyze(
                         rules_con, rule, overrides.get(rule.id), rule_timeout
                     )
                     if repeated:
-                        st.reason = f"{plural(repeated, 'row')} {REPEATED}"
+                        st.reason = repeated_rows(repeated)
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     if gone := vanished(e):
                         raise BucketChanged(gone) from e

@@ -157,6 +157,11 @@ def _all(_x: Any) -> bool:
 ANY = _all  # the date or host filter that keeps everything (S3 then lists the table at once)
 
 
+def host_folders_in(path: str) -> list[str]:
+    """The encoded ``host=`` folder values along a path (none: it is in no host folder)."""
+    return [v for part in path.split("/") if (v := _value(part, "host")) is not None]
+
+
 def host_folders(names: Iterable[str]) -> set[str]:
     """What the folders of these real host names decode to, the name a :data:`HostOk` is
     given: the name itself, but for one too long for a folder (cut, ending in ``~<hash>``)."""
