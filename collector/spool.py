@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.atomic import write_atomic
-from collector.probe_hook.leakprobe import DONE, PART
+from collector.probe_hook.leakprobe import DONE, ENV_SPOOL, PART
 from collector.procfs import ProcFS
 
 INT_FIELDS = {
@@ -183,7 +183,14 @@ def drain(
     try:
         entries = sorted(folder.iterdir())
     except FileNotFoundError:
-        return out  # no process has started the probe yet
+        # the probe makes its folder when it starts: none has started with this one, or
+        # the path is mistyped. Said every run (a log that is not there fails alike)
+        out.errors.append(
+            f"{folder}: no such folder: no process has run the allocator probe with it "
+            f"(check --probe-spool against the servers' {ENV_SPOOL}; create the folder "
+            "if no server runs the probe yet)"
+        )
+        return out
     except OSError as e:
         out.errors.append(f"{folder}: {e}")
         return out

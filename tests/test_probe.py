@@ -356,7 +356,15 @@ def test_drain_names_bad_lines_and_tolerates_a_cut_last_line(tmp_path: Path) -> 
         f"{tmp_path / 'alloc-h-7-1.jsonl'}:2: " + d.errors[0].split(":2: ")[1]
     ]
     assert len(d.files) == 2
-    assert drain(tmp_path / "missing", "h").rows == []
+    gone = drain(tmp_path / "missing", "h")
+    assert gone.rows == [] and gone.errors == [
+        f"{tmp_path / 'missing'}: no such folder: no process has run the allocator probe "
+        "with it (check --probe-spool against the servers' LEAKREPORT_PROBE_SPOOL; create "
+        "the folder if no server runs the probe yet)"
+    ]
+    # an empty folder (made by hand, or by a probe whose records were all moved) is fine
+    (tmp_path / "empty").mkdir()
+    assert drain(tmp_path / "empty", "h").errors == []
 
 
 def test_probe_env_is_shell_that_works(tmp_path: Path) -> None:
