@@ -169,6 +169,12 @@ def check_bucket(bucket: str | os.PathLike[str]) -> Any:
     return None
 
 
+def _known_table(name: str) -> bool:
+    """A top-level folder of the bucket this version reads: a trace table, or the rollup
+    tier's (``tier_*``: derived data, of this release or another, never the only copy)."""
+    return name in TABLES or name.startswith("tier_")
+
+
 def open_checked(
     bucket: str | os.PathLike[str],
     scope: Scope | None = None,
@@ -230,6 +236,9 @@ def open_checked(
             ok = [c for c in ok if c.entry.path not in exclude]
         good[name] = ok
         out.counts[name] = len(ok)
+    root = root_of(bucket, s3)
+    for d in layout.foreign_tables(root, _known_table, s3, scope.date_ok, scope.host_ok):
+        out.skipped.append(f"{_shown(bucket, d, s3)}: {layout.FOREIGN}")
     wall = dt.datetime.now(dt.UTC)
     hi = max(now or wall, wall) + FUTURE_MARGIN
     local: dict[str, list[str]] = {}

@@ -343,6 +343,58 @@ def _s3_holds_data(fs: Any, prefix: str) -> bool:
     )
 
 
+FOREIGN = (
+    "a table this version does not read (a misspelt folder, or a newer collector's table): "
+    "its Parquet data is not checked"
+)
+
+
+def foreign_tables(
+    root: str,
+    known: Callable[[str], bool],
+    fs: Any = None,
+    date_ok: DateOk = _all,
+    host_ok: HostOk = _all,
+) -> list[str]:
+    """Folders at the top of the bucket that ``known`` does not name, holding Parquet data
+    in scope (as far as ``date=``/``host=`` folders inside them tell): data no view reads,
+    which the analysis names rather than passing over. One listing of the top, and one of
+    each such folder (rare). A Parquet file loose at the top is named too."""
+    if fs is not None:
+        from pyarrow.fs import FileSelector, FileType
+
+        top = fs.get_file_info(FileSelector(root.strip("/"), allow_not_found=True))
+        dirs = [i.path for i in top if i.type == FileType.Directory]
+        out = [i.path for i in top if i.type == FileType.File and _is_trace(i.base_name)]
+    else:
+        dirs = [os.path.join(root, n) for n in _listdir(root)]
+        out = [d for d in dirs if not os.path.isdir(d) and _is_trace(os.path.basename(d))]
+        dirs = [d for d in dirs if os.path.isdir(d)]
+    out = [f for f in out if not _hidden(f.rsplit("/", 1)[-1])]  # loose at the top
+    for d in dirs:
+        name = d.rstrip("/").rsplit("/", 1)[-1]
+        if _hidden(name) or known(name):
+            continue
+        if fs is not None:
+            from pyarrow.fs import FileSelector, FileType
+
+            infos = fs.get_file_info(FileSelector(d, recursive=True, allow_not_found=True))
+            rels = [i.path[len(d) + 1 :] for i in infos if i.type == FileType.File]
+        else:
+            rels = []
+            for w, sub, files in os.walk(d):
+                sub[:] = [x for x in sub if not _hidden(x)]
+                rels += [os.path.relpath(os.path.join(w, f), d) for f in files]
+        if any(
+            _is_trace(r.rsplit("/", 1)[-1])
+            and not any(map(_hidden, r.replace(os.sep, "/").split("/")))
+            and _bad_in_scope(r, date_ok, host_ok)
+            for r in rels
+        ):
+            out.append(d)
+    return sorted(out)
+
+
 def parse_day(value: str) -> dt.date | None:
     """A day spelt ``YYYY-MM-DD`` only, as ``date=`` folders are (and ``--since``): Python's
     ``fromisoformat`` also takes ``20261124`` and ``2026-W48-1``, no folder of ours."""

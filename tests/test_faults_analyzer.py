@@ -516,6 +516,27 @@ def test_parquet_data_outside_the_layout_is_named_not_skipped(bucket) -> None:
     assert (bucket / "processes" / "date=20261124").exists()  # left as it is
 
 
+def test_data_in_a_table_this_version_does_not_read_is_named(bucket, baseline) -> None:
+    """A misspelt table folder (or a newer collector's table) was read by nobody and
+    mentioned nowhere, exit 0: now it is named and the analysis exits 3, with the same
+    findings; a --since past its days leaves it out of scope, as any table's."""
+    src = next((bucket / "gpu_samples").glob("date=*/host=*/*.parquet"))
+    rel = src.relative_to(bucket / "gpu_samples")
+    typo = bucket / "gpu-samples" / rel
+    typo.parent.mkdir(parents=True)
+    shutil.copy(src, typo)
+    r, doc = _analyze(bucket)
+    assert r.returncode == 3, r.stderr
+    assert doc["run"]["incomplete"] == [
+        f"file left out: {bucket / 'gpu-samples'}: a table this version does not read "
+        "(a misspelt folder, or a newer collector's table): its Parquet data is not checked"
+    ]
+    assert _findings(doc) == _findings(baseline)
+    later = dt.date.fromisoformat(rel.parts[0].removeprefix("date=")) + dt.timedelta(days=1)
+    r, doc = _analyze(bucket, "--since", str(later))
+    assert "gpu-samples" not in str(doc["run"]["incomplete"]), doc["run"]["incomplete"]
+
+
 def test_a_file_in_another_days_folder_is_named(bucket) -> None:
     """Writers split rows by UTC day; a file moved by hand into another date= folder put
     its rows in the wrong day's scope and tier, without a word."""

@@ -175,6 +175,16 @@ SCOPES_OUT: dict[str, tuple[layout.DateOk, layout.HostOk]] = {
 
 
 HARMLESS = ["gpu_samples/notes/readme.txt", "gpu_samples/date=2026-11-02/logs/run.txt"]
+FOREIGN = {  # data at the top that no table reads -> the scopes (of SCOPES_OUT) that name it
+    "gpu_sample/date=2026-11-05/host=gpu-a/typo.parquet": {"all", "day", "days", "day+host", "host"},
+    "nvlink_samples/date=2026-11-02/host=gpu-b/newer.parquet": {"all"},
+    # a copy one level down: its date=/host= folders are not where a table has them
+    "backup/gpu_samples/date=2026-11-02/host=gpu-a/old.parquet": {"all", "day", "days", "day+host", "host"},
+    "loose.parquet": {"all", "day", "days", "day+host", "host"},
+    "_scratch/date=2026-11-05/host=gpu-a/hidden.parquet": set(),
+    "tier_newer_release/date=2026-11-05/host=gpu-a/t.parquet": set(),  # the tier: derived
+    "notes/date=2026-11-05/readme.txt": set(),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +194,7 @@ def odd_buckets(tmp_path_factory):
     with moto_s3("odd") as env:
         host, port = env["AWS_ENDPOINT_URL"].removeprefix("http://").split(":")
         s3 = s3_with_bucket(host, int(port), "odd")
-        for rel in rels + list(OUTSIDE) + HARMLESS:
+        for rel in rels + list(OUTSIDE) + HARMLESS + list(FOREIGN):
             (local / rel).parent.mkdir(parents=True, exist_ok=True)
             (local / rel).write_bytes(b"x")
             with s3.open_output_stream(f"odd/{rel}") as f:
@@ -213,3 +223,21 @@ def test_s3_and_a_folder_name_the_same_data_outside_the_layout(odd_buckets, scop
         plain = [e.path for e in es if not e.unlisted]
         assert not [p for p in plain if p.removeprefix(root).strip("/") in OUTSIDE], plain
     assert got[True] == got[False] == want, got
+
+
+@pytest.mark.parametrize("scope", SCOPES_OUT)
+def test_data_in_a_folder_no_table_reads_is_named(odd_buckets, scope) -> None:
+    """A misspelt table folder, a newer collector's table or a copy kept beside the tables
+    was read by no view and mentioned nowhere: now each folder holding Parquet in scope (by
+    its date=/host= folders, where it has them) is named, on S3 as in a folder; hidden
+    names, the rollup tier's (derived data) and folders without Parquet are not."""
+    from analyzer.bucket import _known_table
+
+    local, s3 = odd_buckets
+    date_ok, host_ok = SCOPES_OUT[scope]
+    want = sorted(
+        k if "/" not in k else k.split("/")[0] for k, sc in FOREIGN.items() if scope in sc
+    )
+    for root, fs in ((local, None), ("odd", s3)):
+        got = layout.foreign_tables(root, _known_table, fs, date_ok, host_ok)
+        assert [g.removeprefix(root).strip("/") for g in got] == want, fs
