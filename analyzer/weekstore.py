@@ -148,13 +148,32 @@ def code_hash(extra_packs: Iterable[str] = ()) -> str:
 def week_key(
     files: Iterable[RawFile], since: dt.date, until: dt.date, opts: dict[str, Any], code: str
 ) -> str:
-    """What a week's findings document depends on, as one hash (see the module docstring)."""
-    h = hashlib.sha256(f"{code}\n{since}..{until}\n".encode())
-    h.update(json.dumps(opts, sort_keys=True).encode() + b"\n")
+    """What a week's findings document depends on (see the module docstring), as three
+    hashes joined by dots, one per :data:`STALE` reason: the code, the options, the week's
+    files (so a stale document can say which changed)."""
+    h = hashlib.sha256(f"{since}..{until}\n".encode())
     for f in sorted(files, key=lambda f: (f.table, f.rel)):
         if since <= f.day <= until:
             h.update(f"{f.table}\t{f.rel}\t{f.size}\t{f.mtime_ns}\n".encode())
-    return h.hexdigest()
+    o = hashlib.sha256(json.dumps(opts, sort_keys=True).encode())
+    return ".".join((code, o.hexdigest(), h.hexdigest()))
+
+
+# why a stored document is not current, by the part of its key that differs
+STALE = (
+    "leakreport, DuckDB or a rule pack's files changed since they were stored",
+    "other options than when they were stored (--pack, --param, --executor, "
+    "--batch-hosts, --rule-timeout)",
+    "the week's trace files changed since they were stored (a late, rewritten or compacted file)",
+)
+
+
+def stale_reason(stored: str, key: str) -> str:
+    """Why a document stored under key ``stored`` is not current for ``key``."""
+    old, new = stored.split("."), key.split(".")
+    if len(old) != len(new):
+        return "stored by another release of leakreport"
+    return "; ".join(why for a, b, why in zip(old, new, STALE, strict=True) if a != b)
 
 
 def _within(since: dt.date, until: dt.date) -> layout.DateOk:
@@ -178,9 +197,16 @@ def clean(doc: FindingsDocument) -> str | None:
     return None
 
 
-def load(bucket: str | os.PathLike[str], week: str, key: str, warn: Say) -> FindingsDocument | None:
+def load(
+    bucket: str | os.PathLike[str],
+    week: str,
+    key: str,
+    warn: Say,
+    stale: list[str] | None = None,
+) -> FindingsDocument | None:
     """The stored document of ``week`` when its key is ``key``; None when there is none, it
-    is stale, or it cannot be read (then ``warn`` says why)."""
+    is stale (then why goes into ``stale``), or it cannot be read (``warn`` says why)."""
+    stale = [] if stale is None else stale
     root, fs = _root(bucket)
     path = store_path(root, week)
     try:
@@ -194,10 +220,12 @@ def load(bucket: str | os.PathLike[str], week: str, key: str, warn: Say) -> Find
         data = json.loads(raw)
         if not isinstance(data, dict) or not isinstance(data.get("format"), int):
             raise ValueError(f"not a stored week (format {STORE_FORMAT} expected)")
-        if data["format"] != STORE_FORMAT:
-            return None  # another release's store: stale, the next rollup rewrites it
-        if data.get("key") != key:
-            return None  # stale: made from other files, code or options
+        if data["format"] != STORE_FORMAT or not isinstance(data.get("key"), str):
+            stale.append("stored by another release of leakreport")
+            return None  # the next rollup rewrites it
+        if data["key"] != key:
+            stale.append(stale_reason(data["key"], key))
+            return None
         doc = FindingsDocument.from_dict(data["document"])
     except Exception as e:  # noqa: BLE001 - any damage: warn and analyse, never crash
         warn(f"leakreport: warning: {path}: stored findings unreadable ({e}); analysing")
@@ -298,7 +326,8 @@ def findings_for(
     skip_empty: bool = False,
 ) -> tuple[FindingsDocument | None, str]:
     """A week's findings document and where it came from ("stored findings", "analysed",
-    or "no data": ``skip_empty`` and no raw file dated in the week, then no document).
+    "analysed; stored findings not current: why", or "no data": ``skip_empty`` and no raw
+    file dated in the week, then no document).
     Never writes."""
     since, until = week_range(week)
     root, fs = _root(bucket)
@@ -311,7 +340,10 @@ def findings_for(
             return None, "no data"
         if exists:
             key = week_key(files, since, until, opts, code_hash(opts["packs"]))
-            doc = load(bucket, week, key, say)
+            stale: list[str] = []
+            doc = load(bucket, week, key, say, stale)
             if doc is not None:
                 return doc, "stored findings"
+            if stale:
+                return analyse(since, until), f"analysed; stored findings not current: {stale[0]}"
     return analyse(since, until), "analysed"

@@ -58,9 +58,13 @@ def fleet(bucket: Path, *extra: str) -> tuple[Result, str]:
 
 def sources(r: Result) -> dict[str, str]:
     """week -> where its findings came from, as the command said it."""
-    return dict(
-        re.findall(r"^week (\d{4}-W\d\d): (stored findings|analysed|no data)$", r.stderr, re.M)
-    )
+    return {w: s.split(";")[0] for w, s in stale(r).items()}
+
+
+def stale(r: Result) -> dict[str, str]:
+    """week -> the whole line: where its findings came from, and why not stored ones."""
+    line = r"^week (\d{4}-W\d\d): ((?:stored findings|analysed|no data)(?:; .*)?)$"
+    return dict(re.findall(line, r.stderr, re.M))
 
 
 def without_stamp(html: str) -> str:
@@ -130,7 +134,11 @@ def test_a_touched_or_added_raw_file_is_analysed_again(bucket) -> None:
     f = next((bucket / "gpu_samples" / "date=2026-11-25").rglob("*.parquet"))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 1_000_000))
     r, _html = fleet(bucket)
-    assert sources(r) == {W48: "analysed", W47: "stored findings"}
+    assert stale(r) == {
+        W48: "analysed; stored findings not current: the week's trace files changed since "
+        "they were stored (a late, rewritten or compacted file)",
+        W47: "stored findings",
+    }
     assert store_state(bucket) == state, "fleet never writes"
     r = rollup(bucket)
     assert "1 week stored, 1 already current" in r.stdout
@@ -143,6 +151,10 @@ def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
     rollup(bucket)
     r, _html = fleet(bucket, "--param", "GM001.min_growth_mib=256")
     assert sources(r) == {W48: "analysed", W47: "analysed"}
+    assert stale(r)[W48] == (
+        "analysed; stored findings not current: other options than when they were stored "
+        "(--pack, --param, --executor, --batch-hosts, --rule-timeout)"
+    )
     pack = tmp_path / "pack"
     (pack / "rules").mkdir(parents=True)
     (pack / "pack.toml").write_text('name = "extra"\nversion = "1"\n')
@@ -154,6 +166,9 @@ def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
     )
     r, _html = fleet(bucket, "--pack", str(pack))
     assert sources(r) == {W48: "analysed", W47: "analysed"}
+    assert stale(r)[W48] == (
+        f"analysed; stored findings not current: {weekstore.STALE[0]}; {weekstore.STALE[1]}"
+    )
     # the same options give the same key; a changed rule file of a pack another
     days = week_range(W48)
     files = weekstore.raw_files(bucket, lambda d: days[0] <= d <= days[1])
@@ -164,6 +179,8 @@ def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
     assert key != weekstore.week_key(files, *days, opts, weekstore.code_hash([str(pack)]))
     dask = {**opts, "executor": "dask"}
     assert key != weekstore.week_key(files, *days, dask, weekstore.code_hash([str(pack)]))
+    # a key stored by the release before (one hash of everything) says so
+    assert weekstore.stale_reason("ab" * 32, key) == "stored by another release of leakreport"
 
 
 def test_a_changed_builtin_rule_changes_the_key(tmp_path, monkeypatch) -> None:
