@@ -94,11 +94,19 @@ def test_spool_cap_drops_and_counts(tmp_path: Path) -> None:
     for _ in range(20):
         written += p.sample_once()
         clock[0] += 1
+    assert 0 < written == len(_records(tmp_path)) < 20
+    assert p.dropped == 20 - written  # counted, to be reported when there is room again
+    size = sum(f.stat().st_size for f in tmp_path.iterdir())
+    assert size < 600 + 400  # one record past
+    # the process exits with the spool still full: the count went with it, unseen. Now the
+    # last dropped sample is written past the cap (one line), carrying the others' count
     p.close()
     recs = _records(tmp_path)
-    assert 0 < written == len(recs) < 20
-    assert sum(f.stat().st_size for f in tmp_path.iterdir()) < 600 + 400  # one record past
-    assert p.dropped == 20 - written  # counted, to be reported when there is room again
+    (last,) = [r for r in recs if "dropped" in r]
+    assert len(recs) == written + 1 and last["ts"] == 19.0 == max(r["ts"] for r in recs)
+    assert last["dropped"] == 20 - written - 1 and p.dropped == 0
+    assert sum(f.stat().st_size for f in tmp_path.iterdir()) - size < 400
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(leakprobe.PART)]
     assert p.disabled is None
 
 

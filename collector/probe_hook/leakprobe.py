@@ -196,6 +196,7 @@ class Probe:
         self.disabled: str | None = None
         self._failing = 0  # stats reads failed in a row
         self.dropped = 0
+        self._last_dropped: tuple[float, list[dict[str, Any]]] | None = None  # (at, devices)
         self.written = 0
         self._file: Any = None
         self._path = ""
@@ -245,6 +246,41 @@ class Probe:
             return  # a forked child: the parent's file is not ours to close
         with self._lock:
             self._close()
+            self._keep_dropped()
+
+    def _keep_dropped(self) -> None:
+        """At exit, records dropped since the last one written (the spool full) would take
+        their count with them: the last dropped sample's first record, carrying the count
+        of the others, goes into a file of its own, one line past the cap."""
+        if not self.dropped or self._last_dropped is None or self.disabled:
+            return
+        at, devices = self._last_dropped
+        (rec,) = self._records(at, devices[:1], self.dropped - 1)
+        path = os.path.join(self.spool, f"alloc-{self.host}-{self.pid}-{int(self.clock() * 1000)}")
+        try:
+            with open(path + PART, "w", encoding="utf-8") as f:
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            os.replace(path + PART, path + DONE)
+            self.dropped, self._last_dropped = 0, None
+        except OSError:
+            pass  # the spool cannot be written at all: nothing more to do at exit
+
+    def _records(
+        self, now: float, devices: list[dict[str, Any]], dropped: int
+    ) -> list[dict[str, Any]]:
+        """One record per device of a sample taken at ``now``; ``dropped`` (records lost
+        before it) on the first."""
+        common: dict[str, Any] = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
+        if self.started is not None:
+            common["started"] = self.started
+        if self.pidns is not None:
+            common["pidns"] = self.pidns
+        self.role = self.role or role_hint()
+        common.update(role=self.role, **self._gc())
+        records = [{**common, **d} for d in devices]
+        if dropped:  # counted once, on the first record
+            records[0]["dropped"] = dropped
+        return records
 
     # -- sampling ----------------------------------------------------------
     def _gc(self) -> dict[str, int]:
@@ -283,17 +319,10 @@ class Probe:
                     self._close()
                 if self._file is None and not self._open(now):
                     self.dropped += len(devices)
+                    self._last_dropped = (now, devices)
                     return 0
-                common = {"ts": round(now, 3), "host": self.host, "pid": self.pid}
-                if self.started is not None:
-                    common["started"] = self.started
-                if self.pidns is not None:
-                    common["pidns"] = self.pidns
-                self.role = self.role or role_hint()
-                common.update(role=self.role, **self._gc())
-                records = [{**common, **d} for d in devices]
-                if self.dropped:  # counted once, on the first record
-                    records[0]["dropped"], self.dropped = self.dropped, 0
+                records = self._records(now, devices, self.dropped)
+                self.dropped, self._last_dropped = 0, None
                 lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
                 self._file.write(lines)
                 self._file.flush()
