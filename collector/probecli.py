@@ -119,7 +119,7 @@ def snapshot(pid: int, spool: str, seconds: float, max_entries: int, wait: bool)
     """Ask the probe in process PID for a PyTorch memory snapshot.
 
     The probe records allocation history for --seconds, then writes
-    snapshot-<host>-<pid>-<time>.pickle into the spool folder; the next
+    snapshot-<host>-<pid>-<time>[.ns<pidns>].pickle into the spool folder; the next
     `leakcollect run --probe-spool` moves it into the bucket. Open it at
     https://pytorch.org/memory_viz.
 

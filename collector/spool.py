@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class Drained:
     rows: list[dict[str, Any]] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # spool files to delete once written
     snapshots: list[Path] = field(default_factory=list)
+    snapshot_pids: dict[str, int] = field(default_factory=dict)  # name -> the host's PID
     errors: list[str] = field(default_factory=list)
     bad_lines: int = 0
 
@@ -155,8 +157,16 @@ def save_pids(path: Path, pids: dict[str, int]) -> list[str]:
         return [f"{path}: container PIDs not saved: {e}"]
 
 
+def snapshot_ns(name: str) -> int | None:
+    """The PID namespace in a snapshot's name (``....ns<inode>.pickle``; None: not there,
+    as in a probe's before it named it)."""
+    m = re.search(r"\.ns(\d+)\.pickle$", name)
+    return int(m.group(1)) if m else None
+
+
 def snapshot_pid(name: str) -> int:
-    """``snapshot-<host>-<pid>-<time>.pickle`` -> pid (the host may contain dashes)."""
+    """``snapshot-<host>-<pid>-<time>[.ns<pidns>].pickle`` -> pid (the host may contain
+    dashes): the PID in its own namespace."""
     try:
         return int(name.rsplit("-", 2)[-2])
     except (IndexError, ValueError):
@@ -233,5 +243,17 @@ def drain(
                 if len(out.errors) < MAX_ERRORS:
                     out.errors.append(f"{f}:{i}: bad probe record: {e}")
         out.files.append(f)
-    host_pids(out.rows, proc_root, pids)
+    # a snapshot's PID too: its process writes records, so it is mapped with them
+    shots: list[dict[str, Any]] = [
+        {"pid": snapshot_pid(f.name), "pid_ns": snapshot_ns(f.name), "process_start": None}
+        for f in out.snapshots
+    ]
+    host_pids(out.rows + shots, proc_root, pids)
+    for f, r in zip(out.snapshots, shots, strict=True):
+        if r["pid_ns"] is not None and pids:  # ended since: the newest of its records'
+            prefix = f"{r['pid_ns']}/{r['pid']}/"
+            r["pid"] = next(
+                (v for k, v in reversed(pids.items()) if k.startswith(prefix)), r["pid"]
+            )
+        out.snapshot_pids[f.name] = r["pid"]
     return out

@@ -668,6 +668,8 @@ BOXED = textwrap.dedent(
     probe = leakprobe._started["probe"]
     probe.rotate_s = 0.2  # closed files, for the drain
     probe.stats = lambda: [{"device": 0, "allocated": 1 << 20}]
+    probe.snapshot_start = lambda n: None  # no torch here: a snapshot is a few bytes
+    probe.snapshot_dump = lambda path: open(path, "wb").write(b"snapshot")
     print("ready", flush=True)
     time.sleep(float(sys.argv[1]))
     """
@@ -703,12 +705,18 @@ def test_a_server_in_its_own_pid_namespace_is_matched_to_its_host_pid(tmp_path: 
         cfg = Config(bucket=str(bucket), host="gpu-1", state_dir=tmp_path / "st", no_gpu=True)
         cfg.probe_spool = str(spool)
         assert collect(cfg, say=lambda m: None) == 0
+        ns = os.stat(f"/proc/{host_pid}/ns/pid").st_ino
         r = CliRunner().invoke(
-            cli, ["probe", "snapshot", "--pid", str(host_pid), "--spool", str(spool)]
+            cli,
+            ["probe", "snapshot", "--pid", str(host_pid), "--spool", str(spool), "--seconds", "1"],
         )
         assert r.exit_code == 0, r.output
-        ns = os.stat(f"/proc/{host_pid}/ns/pid").st_ino
         assert (spool / f"snapshot-{ns}-1.trigger").exists()  # the name its probe looks for
+        deadline = time.time() + 20
+        while not list(spool.glob("snapshot-*.pickle")) and time.time() < deadline:
+            time.sleep(0.1)
+        (snap,) = spool.glob("snapshot-*.pickle")
+        assert snap.name.endswith(f"-1-{snap.name.split('-')[-1].split('.')[0]}.ns{ns}.pickle")
         time.sleep(0.5)  # more records, in a file closed only when the process ends
         os.kill(host_pid, signal.SIGTERM)
         box.wait(timeout=20)
@@ -720,6 +728,8 @@ def test_a_server_in_its_own_pid_namespace_is_matched_to_its_host_pid(tmp_path: 
     con, _ = open_bucket(bucket)
     got = con.execute("SELECT DISTINCT pid, pid_ns FROM allocator_samples").fetchall()
     assert got == [(host_pid, None)], (got, host_pid)
+    # the snapshot's row names the host's PID too (it named the container's, 1)
+    assert con.execute("SELECT pid FROM allocator_snapshots").fetchall() == [(host_pid,)]
     r = CliRunner().invoke(cli, ["probe", "snapshot", "--pid", "999999999", "--spool", str(spool)])
     assert r.exit_code == 2 and "no process 999999999" in r.output
 

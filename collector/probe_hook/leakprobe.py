@@ -20,7 +20,8 @@ spool over its size cap drops records (counted in the next one written).
 
 A trigger file ``snapshot-<pid>.trigger`` in the spool folder makes the probe
 record allocation history for a while and dump a PyTorch memory snapshot
-(``snapshot-<host>-<pid>-<time>.pickle``) next to the spool files.
+(``snapshot-<host>-<pid>-<time>.ns<pidns>.pickle``, the PID as the process's own
+namespace has it) next to the spool files.
 """
 
 from __future__ import annotations
@@ -367,7 +368,8 @@ class Probe:
                 os.unlink(trigger)
             self.warn(f"leakprobe: memory snapshot request ignored in pid {self.pid}: {e!r}")
             return
-        name = f"snapshot-{self.host}-{self.pid}-{int(now)}.pickle"
+        ns = "" if self.pidns is None else f".ns{self.pidns}"  # the collector maps the PID
+        name = f"snapshot-{self.host}-{self.pid}-{int(now)}{ns}.pickle"
         self._snap = (now + seconds, os.path.join(self.spool, name))
 
     def loop(self, stop: threading.Event) -> None:
