@@ -15,7 +15,8 @@ Nothing written to a log is lost to a rotation:
   it, and a copy may have been read while copytruncate was still writing it;
 * ``copytruncate`` (same inode, file shorter or its first bytes changed): the
   pre-truncate tail is read from the rotated copy whose first bytes match the
-  fingerprint, then the truncated file from 0;
+  fingerprint, then the truncated file from 0; a line the copy tore (its start
+  ends the copy, its rest starts the log) keeps its start, marked truncated;
 * deleted and recreated on the same inode: the fingerprint differs, so the new
   file is read from 0.
 
@@ -153,8 +154,11 @@ class _Reader:
     def out_of_time(self) -> bool:
         return self.budget <= 0 or time.monotonic() >= self.deadline
 
-    def read(self, f: IO[bytes], start: int) -> tuple[int, bool]:
+    def read(self, f: IO[bytes], start: int, final: bool = False) -> tuple[int, bool]:
         """Complete lines from ``start``; (offset after the last one, reached the end).
+        ``final``: the file never grows again (a copytruncate copy, its original already
+        truncated), so a last line without its newline, torn by the copy, is kept too,
+        marked truncated (its rest starts the live file).
 
         Rows carry the inode of the file where their generation (its first line)
         was first seen: a copy or a renamed file gives the same rows as the original.
@@ -177,6 +181,9 @@ class _Reader:
                 return pos, False
             chunk = f.read(min(CHUNK, self.budget))
             if not chunk:
+                if final and buf:
+                    self._keep(buf, pos, inode, fid, cut=True)
+                    pos += len(buf)
                 return pos, True
             self.budget -= len(chunk)
             buf += chunk
@@ -192,11 +199,11 @@ class _Reader:
                 pos += len(buf)
                 buf = b""
 
-    def _keep(self, raw: bytes, pos: int, inode: int, fid: bytes) -> None:
+    def _keep(self, raw: bytes, pos: int, inode: int, fid: bytes, cut: bool = False) -> None:
         res = self.res
         res.lines += 1
         raw = raw.lstrip(b"\0")  # the end of a hole (see _data_from) before the line
-        truncated = len(raw) > MAX_LINE
+        truncated = cut or len(raw) > MAX_LINE
         text = logsig.plain(raw[:MAX_LINE].decode(errors="replace").rstrip("\r"))  # (UTF-8)
         sig = self.sig.match(text)
         if sig is None:
@@ -391,7 +398,9 @@ def _finish_old(
         return None, []  # without the old file, no rotated generation is known to be newer
     read: list[Cursor] = []
     for k, g in enumerate(cands[hit:]):
-        pos, done = rd.read(g.f, _offset(cur) if k == 0 else 0)
+        # copies of a file truncated since are whole: a torn last line is kept as it is
+        final = truncated_in_place and g.st.st_ino != cur.get("inode")
+        pos, done = rd.read(g.f, _offset(cur) if k == 0 else 0, final=final)
         stamp = _stamp(g.f, pos)
         if not done:
             return stamp, []

@@ -147,6 +147,31 @@ def test_copytruncate_reads_the_tail_from_the_copy_and_keeps_the_first_new_line(
     assert r1.rows[0]["offset"] == r2.rows[2]["offset"] == 0
 
 
+def test_a_line_torn_by_copytruncate_keeps_its_start_marked_truncated(tmp_path) -> None:
+    """copytruncate copied the log while the server was writing a line: its start ends the
+    copy, its rest starts the truncated log. The start waited for a newline the copy
+    never gets, and was lost without a note; it is kept now, marked truncated, once."""
+    log = tmp_path / "server.log"
+    _write(log, _lines(0, 3))
+    labels: dict[str, int] = {}
+    r1 = tail(str(log), None, NOW, "h", labels=labels)
+    torn = BATCH.format(n=4)
+    cut = torn.index("#token")  # the running count made it into the copy
+    _write(log, _lines(3, 4) + torn[:cut])
+    (tmp_path / "server.log.1").write_bytes(log.read_bytes())
+    with open(log, "r+") as f:
+        f.truncate(0)
+    _write(log, torn[cut:] + _lines(5, 7))
+    r2 = tail(str(log), r1.cursor, NOW, "h", labels=labels)
+    assert _all([r1, r2]) == [0, 1, 2, 3, 4, 5, 6] and not r2.notes
+    (start,) = [r for r in r2.rows if r["truncated"]]
+    assert start["text"] + torn[cut:] == torn and start["signature"] == "batch_stats"
+    assert r2.unmatched == 1  # the rest, on its own
+    _write(log, _lines(7, 8))
+    r3 = tail(str(log), r2.cursor, NOW, "h", labels=labels)  # the copy is watched: no repeat
+    assert _all([r3]) == [7] and not r3.notes
+
+
 def test_copytruncate_of_a_log_written_without_append_skips_the_hole(tmp_path) -> None:
     """``server > log`` (no O_APPEND): after a copytruncate the server goes on writing at
     its old offset, so the log starts with a hole of zeros as long as it was. The first
