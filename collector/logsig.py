@@ -121,6 +121,16 @@ def match(line: str) -> str | None:
     return None  # pragma: no cover - _ANY matched, so one of them does
 
 
+_BINARY = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")  # not \t \n \r \f \v ESC
+
+
+def _text(line: str) -> bool:
+    """Is the line text, as a message's continuation is? Bytes that decode to control
+    characters or replacement marks (a core dump, a binary pasted into the log, the
+    zeros of a preallocated file) are none: at most a few, a torn character at a cut."""
+    return len(_BINARY.findall(line[:4096])) <= 2
+
+
 class Matcher:
     """:func:`match` for one file read in order, which also tags the (at most three)
     lines that continue a kept event line as ``continuation``."""
@@ -133,7 +143,7 @@ class Matcher:
         if sig is not None:
             self._open = MAX_CONTINUATION if sig in _CONTINUED else 0
             return sig
-        if self._open and line and not _NEW_RECORD.match(line):
+        if self._open and line and not _NEW_RECORD.match(line) and _text(line):
             self._open -= 1
             return "continuation"
         self._open = 0

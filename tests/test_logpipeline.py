@@ -179,6 +179,25 @@ def test_collector_matcher_keeps_continuations_only_after_event_lines() -> None:
     ]
 
 
+def test_binary_bytes_after_an_event_line_are_no_continuation(tmp_path) -> None:
+    """Bytes that are no text after an OOM line (a core dump written into the log, the
+    zeros of a preallocated file past a hole) were stored as up to five continuation rows
+    of replacement marks. A continuation is text now; a torn character at a cut is."""
+    import datetime as dt
+    import os
+
+    from collector.logtail import tail
+
+    log = tmp_path / "server.log"
+    oom = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    text = "total capacity of 79.18 GiB of which 24.06 MiB is free \u00e9".encode()
+    log.write_bytes(oom + text + b"\xe2\x82\n" + os.urandom(3000).replace(b"\n", b"") + b"\n")
+    res = tail(str(log), None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "h")
+    assert [r["signature"] for r in res.rows] == ["oom", "continuation"], res.rows
+    assert res.rows[1]["text"].endswith("free \u00e9\ufffd")
+    assert res.unmatched == 1
+
+
 def test_collector_line_time_policy() -> None:
     import datetime as dt
     from zoneinfo import ZoneInfo
