@@ -23,7 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector import layout
-from collector.layout import FLEET_DIR, REPLACES_KEY, SCHEMA_KEY, TABLE_KEY, Entry, encode_host
+from collector.layout import (
+    FLEET_DIR,
+    REPLACES_KEY,
+    SCHEMA_KEY,
+    TABLE_KEY,
+    Entry,
+    encode_host,
+    partition,
+)
 from collector.schema import SCHEMA_VERSION, TABLES, Table
 
 T = TypeVar("T")
@@ -132,6 +140,10 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
     if days - {entry.day}:  # writers split rows by UTC day: these were moved by hand
         span = " to ".join(sorted({str(d) for d in days}))
         res.problem = f"its rows are of {span} (UTC), its folder says date={entry.day}"
+        if len(days) == 1:  # moved whole: it goes back where its rows belong
+            res.problem += (
+                f"; move it into {partition(entry.table, days.pop(), '', entry.host_dir)}/"
+            )
         return res
     res.pods = _maybe_set(md, schema.get_field_index("pod"))
     tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object

@@ -548,7 +548,14 @@ def test_a_file_in_another_days_folder_is_named(bucket) -> None:
     r, doc = _analyze(bucket)
     assert r.returncode == 3, r.stderr
     (line,) = [x for x in doc["run"]["incomplete"] if src.name in x]
-    assert f"its rows are of {day} (UTC), its folder says date={day + dt.timedelta(days=3)}" in line
+    assert line.endswith(
+        f"its rows are of {day} (UTC), its folder says date={day + dt.timedelta(days=3)}; "
+        f"move it into processes/date={day}/{src.parent.name}/"
+    )
+    # done as it says, the analysis is whole again
+    shutil.move(other / src.name, bucket / f"processes/date={day}/{src.parent.name}/{src.name}")
+    r, doc = _analyze(bucket)
+    assert r.returncode == 0 and not doc["run"]["incomplete"], r.stderr
 
 
 SWALLOWED = """
