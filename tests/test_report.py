@@ -392,6 +392,17 @@ def test_host_report_in_a_real_browser(sim_doc, tmp_path) -> None:
             "(() => { const s = leakreport.charts[0].plot.scales.x; return [s.min, s.max]; })()"
         )
         assert reset == pytest.approx(full)
+        # zoomed into two minutes, the time ticks are seconds apart: each says which
+        p.eval(
+            """(() => { const u = leakreport.charts[0].plot, a = u.scales.x.min;
+                      u.setScale('x', {min: a, max: a + 120}); })()"""
+        )
+        time.sleep(0.3)  # drawn on the next frame
+        ticks = p.eval("leakreport.charts[0].plot.axes[0]._values")
+        assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
+        assert all(len(t) == 8 for t in ticks), ticks  # HH:MM:SS
+        for kind in ("mousePressed", "mouseReleased"):
+            p.mouse(kind, x + w * 0.5, y + h * 0.5, button="left", clicks=2)
         before = p.eval("leakreport.charts[0].plot.width")
         p.call(
             "Emulation.setDeviceMetricsOverride",

@@ -5,12 +5,15 @@
   "use strict";
   var charts = [];
   var GIB = 1024;
-  function clock(t) {
+  function clock(t, secs) {
     var d = new Date(t * 1000);
     function p(n) { return (n < 10 ? "0" : "") + n; }
     return d.getUTCFullYear() + "-" + p(d.getUTCMonth() + 1) + "-" + p(d.getUTCDate()) + " " +
-      p(d.getUTCHours()) + ":" + p(d.getUTCMinutes()) + " UTC";
+      p(d.getUTCHours()) + ":" + p(d.getUTCMinutes()) + (secs ? ":" + p(d.getUTCSeconds()) : "") + " UTC";
   }
+  // time ticks: whole seconds at least (a zoom of seconds labels each tick apart)
+  var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+    43200, 86400, 172800, 604800];
   var MIB_STEPS = [16, 32, 64, 128, 256, 512, 1024, 2048, 2560, 5120, 10240, 20480, 25600, 51200, 102400];
   function gib(v) { return v == null ? "—" : (v / GIB).toFixed(2) + " GiB"; }
   function pct(v) { return v == null ? "—" : v.toFixed(1) + " %"; }
@@ -97,9 +100,13 @@
     });
     series.push({ label: "", show: false, scale: "mib" });
     var axes = [
-      { space: 80, values: function (u, vs) {
-        var days = (u.scales.x.max - u.scales.x.min) > 2 * 86400;
-        return vs.map(function (v) { var c = clock(v); return days ? c.slice(5, 16) : c.slice(11, 16); });
+      { space: 80, incrs: TIME_STEPS, values: function (u, vs) {
+        // zoomed into minutes, ticks a few seconds apart: with seconds, or they repeat
+        var span = u.scales.x.max - u.scales.x.min, days = span > 2 * 86400, secs = span < 600;
+        return vs.map(function (v) {
+          var c = clock(v, secs);
+          return days ? c.slice(5, 16) : secs ? c.slice(11, 19) : c.slice(11, 16);
+        });
       } },
       { scale: "mib", label: "GiB used", incrs: MIB_STEPS, size: 64,
         values: function (u, vs) { return vs.map(function (v) { return +(v / GIB).toFixed(3); }); } }
