@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import os
 import re
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,7 @@ class Opened:
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
     tier: Any = None  # analyzer.tierread.TierUse when the stored rollup tier is read
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
+    interval_s: float | None = None  # ... and how far apart they are (sampling_interval)
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
@@ -255,6 +257,7 @@ def open_checked(
         out.paths.update(zip(local[name], (c.entry.path for c in good[name]), strict=True))
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
+    out.interval_s = sampling_interval(good["gpu_samples"])
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
         files = local[name]
@@ -335,15 +338,28 @@ def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | N
     return (max(hi_t) - min(lo_t)).total_seconds()
 
 
-def scope_span(
+def sampling_interval(files: list[filecheck.FileCheck]) -> float | None:
+    """Seconds between a GPU's device samples, from the footers: per file, its time range
+    over its samples per GPU (rows over gpu_index's range), the median of the files. A
+    file spanning a gap of the collector counts it in, which only widens the estimate."""
+    per_file = []
+    for c in files:
+        if c.ts_min is None or c.ts_max is None or not c.gpus or c.rows < 2 * c.gpus:
+            continue
+        per_file.append((c.ts_max - c.ts_min).total_seconds() / (c.rows / c.gpus - 1))
+    return statistics.median(per_file) if per_file else None
+
+
+def scope_sampling(
     bucket: str | os.PathLike[str], scope: Scope, now: dt.datetime | None = None
-) -> float | None:
-    """:func:`samples_span` of a whole scope, before it is split into host batches."""
+) -> tuple[float | None, float | None]:
+    """:func:`samples_span` and :func:`sampling_interval` of a whole scope, before it is
+    split into host batches."""
     s3 = s3_filesystem() if is_s3(bucket) else None
     wall = dt.datetime.now(dt.UTC)
     index = tierindex.stored(root_of(bucket, s3), s3)
     good, _bad = checked_files(bucket, "gpu_samples", scope, s3, index)
-    return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
+    return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN), sampling_interval(good)
 
 
 def open_bucket(

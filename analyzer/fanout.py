@@ -176,11 +176,11 @@ def analyze_fanout(
             memory_limit=memory_limit,
             rule_timeout=rule_timeout,
         )
-    from analyzer.bucket import scope_span
+    from analyzer.bucket import scope_sampling
     from analyzer.rollup import with_width
 
-    # one bucket width for every task: the whole scope's span, not each batch's
-    overrides = with_width(overrides or {}, scope_span(bucket, scope, now))
+    # one bucket width for every task: the whole scope's span and sampling, not each batch's
+    overrides = with_width(overrides or {}, *scope_sampling(bucket, scope, now))
     if groups is None:
         step = max(hosts_per_task, 1)
         groups = [hosts[i : i + step] for i in range(0, len(hosts), step)]

@@ -86,11 +86,23 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";\n") if s.strip().strip(";").strip()]
 
 
-def width_for_span(span_s: float, params: dict[str, Any]) -> float:
-    """Fine buckets for hours of data, per-minute ones for days (bounded rollup size)."""
+# bucket widths for samples sparser than the default buckets (seconds)
+SPARSE_WIDTHS = (20, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+
+def width_for_span(span_s: float, params: dict[str, Any], interval_s: float | None = None) -> float:
+    """Fine buckets for hours of data, per-minute ones for days (bounded rollup size); and
+    never narrower than the samples are apart (``interval_s``: a bucket that holds no
+    sample ends every idle run, so samples 30 s apart in 15 s buckets made no idle window
+    at all, and a leak read "clean"). The estimate counts collector gaps in, so it errs
+    wide, and a width just under it goes to the next one."""
     if span_s > float(params["long_span_h"]) * 3600:
-        return float(params["long_bucket_s"])
-    return float(params["bucket_s"])
+        width = float(params["long_bucket_s"])
+    else:
+        width = float(params["bucket_s"])
+    if interval_s is not None and interval_s > width:
+        width = float(next((w for w in SPARSE_WIDTHS if w >= interval_s), SPARSE_WIDTHS[-1]))
+    return width
 
 
 def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> float:
@@ -100,14 +112,15 @@ def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> floa
 
 
 def with_width(
-    overrides: dict[str, dict[str, Any]], span_s: float | None
+    overrides: dict[str, dict[str, Any]], span_s: float | None, interval_s: float | None = None
 ) -> dict[str, dict[str, Any]]:
-    """``overrides`` with the bucket width fixed for a trace spanning ``span_s`` seconds
-    (unless set already): every host batch of one analysis then buckets alike."""
+    """``overrides`` with the bucket width fixed for a trace spanning ``span_s`` seconds,
+    sampled every ``interval_s`` (unless set already): every host batch of one analysis
+    then buckets alike."""
     mine = dict(overrides.get("rollup", {}))
     if span_s is None or "bucket_s" in mine:
         return overrides
-    mine["bucket_s"] = width_for_span(span_s, {**DEFAULTS, **mine})
+    mine["bucket_s"] = width_for_span(span_s, {**DEFAULTS, **mine}, interval_s)
     return {**overrides, "rollup": mine}
 
 

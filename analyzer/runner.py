@@ -314,7 +314,7 @@ def _analyze(
             n_events = logevents.build(con)
             lap("log_events")
             # the bucket width follows the samples' span (a host batch gets its scope's)
-            overrides = rollup.with_width(overrides, opened.span_s)
+            overrides = rollup.with_width(overrides, opened.span_s, opened.interval_s)
             rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
         clock = time.perf_counter()
         if opened.tier is not None:

@@ -56,6 +56,10 @@ def _time(us: int | None) -> dt.datetime | None:
     return None if us is None else (_EPOCH + us * _US).astimezone(dt.UTC)
 
 
+# what the index keeps of a raw file's check, in order (filecheck.FileCheck's fields)
+_FIELDS = ("problem", "rows", "ts_min", "ts_max", "replaces", "host", "schema_hash", "pods", "gpus")
+
+
 def _encode(c: filecheck.FileCheck) -> list[Any]:
     return [
         c.problem,
@@ -66,13 +70,23 @@ def _encode(c: filecheck.FileCheck) -> list[Any]:
         c.host,
         c.schema_hash,
         c.pods,
+        c.gpus,
     ]
 
 
 def _decode(entry: layout.Entry, v: list[Any]) -> filecheck.FileCheck:
-    problem, rows, lo, hi, replaces, host, shape, pods = v
+    problem, rows, lo, hi, replaces, host, shape, pods, gpus = v
     return filecheck.FileCheck(
-        entry, problem, int(rows), _time(lo), _time(hi), list(replaces), host, shape, bool(pods)
+        entry,
+        problem,
+        int(rows),
+        _time(lo),
+        _time(hi),
+        list(replaces),
+        host,
+        shape,
+        bool(pods),
+        None if gpus is None else int(gpus),
     )
 
 
@@ -196,7 +210,7 @@ def _read_day(
         raw = {str(p): ((int(s), int(m)), list(v)) for p, s, m, v in doc["raw"]}
         tier = {str(p): ((int(s), int(m)), (str(h), str(src))) for p, s, m, h, src in doc["tier"]}
         for v in raw.values():
-            if len(v[1]) != 8:
+            if len(v[1]) != len(_FIELDS):
                 raise ValueError("a raw file's check has the wrong length")
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         if warn:

@@ -54,6 +54,9 @@ class FileCheck:
     # some row may name a Kubernetes pod (a ``pod`` column whose statistics do not show
     # every row NULL): the files an analysis reads pods from
     pods: bool = False
+    # how many GPUs the rows may be of (gpu_index's range, from the statistics; None:
+    # unknown or no such column): with rows and times, the sampling interval (bucket.py)
+    gpus: int | None = None
 
 
 def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
@@ -66,7 +69,7 @@ def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
 
 # bump whenever check_file's verdict on the same bytes can change: stored checks
 # (analyzer.tierindex) made by another version are then not used
-CHECK_VERSION = 3  # 3: a file's rows must be of its folder's day
+CHECK_VERSION = 4  # 3: a file's rows must be of its folder's day; 4: gpus
 
 
 def check_fingerprint() -> str:
@@ -146,6 +149,7 @@ def check_file(entry: Entry, fs: Any = None, spec: Table | None = None) -> FileC
             )
         return res
     res.pods = _maybe_set(md, schema.get_field_index("pod"))
+    res.gpus = _int_range(md, schema.get_field_index("gpu_index"))
     tree = str(md.schema).split("\n", 1)[-1]  # its first line names the Python object
     res.schema_hash = hashlib.sha256(tree.encode()).hexdigest()[:16]
     raw = kv.get(REPLACES_KEY)
@@ -166,6 +170,19 @@ def _one_value(md: pq.FileMetaData, col: int) -> str | None:
             return None
         seen.add(st.min)
     return seen.pop() if len(seen) == 1 and isinstance(next(iter(seen)), str) else None
+
+
+def _int_range(md: pq.FileMetaData, col: int) -> int | None:
+    """How many integers the column's values span (max - min + 1), from the statistics."""
+    lo: int | None = None
+    hi: int | None = None
+    for i in range(md.num_row_groups if col >= 0 else 0):
+        st = md.row_group(i).column(col).statistics
+        if st is None or not st.has_min_max or not isinstance(st.min, int):
+            return None
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    return None if lo is None or hi is None else hi - lo + 1
 
 
 def _maybe_set(md: pq.FileMetaData, col: int) -> bool:
