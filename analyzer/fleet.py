@@ -69,12 +69,27 @@ class Cohort:
     min_rate: float | None = None
 
 
+# a week-over-week status -> what the page says (most urgent first: the page's order)
+CHANGE_LABELS = {
+    "new": "new",
+    "silent": "no data this week",  # a host that leaked stopped reporting: never "resolved"
+    "unchecked_before": "new? not checked the week before",
+    "persisting": "persisting",
+    "unchecked": "not checked this week",
+    "resolved": "resolved",
+}
+
+
 @dataclass
 class Change:
     host: str
     gpu: int | None
     category: str
-    status: str  # new | persisting | resolved
+    status: str  # a key of CHANGE_LABELS
+
+    @property
+    def label(self) -> str:
+        return CHANGE_LABELS[self.status]
 
 
 @dataclass
@@ -92,6 +107,7 @@ class FleetView:
     previous_hosts: int = 0
     data_end: str | None = None
     incomplete: list[str] = field(default_factory=list)  # what the week's analysis could not check
+    previous_incomplete: list[str] = field(default_factory=list)  # ... and the week before's
 
     @property
     def soonest(self) -> list[GpuRank]:
@@ -127,20 +143,51 @@ def cohort_of(h: HostInfo) -> tuple[str, str, str, str, str]:
     )
 
 
-def _leak_keys(doc: FindingsDocument) -> set[tuple[str, int | None, str]]:
+Key = tuple[str, int | None, str]
+
+
+def _leak_keys(doc: FindingsDocument) -> dict[Key, set[str]]:
     """What the page counts as leaking: the categories a GPU verdict rates (``RATED``),
-    so the header, the cohorts, the ranking and the week's changes agree."""
-    return {(f.host, f.gpu, f.category) for f in doc.findings if f.category in RATED}
+    so the header, the cohorts, the ranking and the week's changes agree; with the rules
+    that found each."""
+    out: dict[Key, set[str]] = {}
+    for f in doc.findings:
+        if f.category in RATED:
+            out.setdefault((f.host, f.gpu, f.category), set()).add(f.rule_id)
+    return out
+
+
+def _checked(doc: FindingsDocument, host: str, rules: set[str]) -> bool:
+    """Did ``doc``'s analysis check any of ``rules`` on ``host`` (its coverage; a host
+    without coverage, as in a document of an older release, counts as checked)?"""
+    cov = next((c for c in doc.coverage if c.get("host") == host), None)
+    return cov is None or bool(rules & set(cov.get("checked") or []))
 
 
 def compare(prev: FindingsDocument | None, cur: FindingsDocument) -> list[Change]:
+    """Each leak finding of either week, and what became of it. Silence is not a fix: a
+    finding gone because its host stopped reporting, or because the rule that made it
+    could not run this week, is said so, not "resolved"; and one that could not have been
+    found the week before is not plainly "new"."""
     now = _leak_keys(cur)
-    before = _leak_keys(prev) if prev else set()
+    before = _leak_keys(prev) if prev else {}
     reporting = {h.host for h in cur.hosts}
-    out = [Change(h, g, c, "persisting" if (h, g, c) in before else "new") for h, g, c in now]
-    # resolved only where the host still reports and the finding is gone (silence is not a fix)
-    out += [Change(h, g, c, "resolved") for h, g, c in before - now if h in reporting]
-    order = {"new": 0, "persisting": 1, "resolved": 2}
+    reported = {h.host for h in prev.hosts} if prev else set()
+    out = []
+    for key, rules in now.items():
+        status = "persisting" if key in before else "new"
+        if status == "new" and prev and key[0] in reported and not _checked(prev, key[0], rules):
+            status = "unchecked_before"
+        out.append(Change(*key, status))
+    for key, rules in before.items():
+        if key in now:
+            continue
+        if key[0] not in reporting:
+            status = "silent"
+        else:
+            status = "resolved" if _checked(cur, key[0], rules) else "unchecked"
+        out.append(Change(*key, status))
+    order = {k: i for i, k in enumerate(CHANGE_LABELS)}
     return sorted(
         out, key=lambda c: (order[c.status], c.host, -1 if c.gpu is None else c.gpu, c.category)
     )
@@ -223,6 +270,7 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
         previous_week=previous_week(week) if prev is not None else None,
         previous_hosts=len(prev.hosts) if prev is not None else 0,
         incomplete=cur.incomplete_reasons() if cur.hosts else [],
+        previous_incomplete=prev.incomplete_reasons() if prev is not None and prev.hosts else [],
     )
 
 

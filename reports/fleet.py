@@ -69,6 +69,7 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = TOP) -> 
     """The weekly page: soonest OOMs first, then cohorts, the ranking, week over week.
     Rates and times to OOM are analyzer.fleet.gpu_verdicts', as on the host report."""
     soonest = view.soonest
+    silent = {c.host for c in view.changes if c.status == "silent"}
     return (
         _env()
         .get_template("fleet.html.j2")
@@ -78,6 +79,7 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = TOP) -> 
                 f"{plural(view.hosts, 'host')}, {plural(view.gpus, 'GPU')}, "
                 f"{plural(view.affected_hosts, 'host')} leaking, "
                 f"{plural(sum(c.status == 'new' for c in view.changes), 'finding')} new this week"
+                + (f", {plural(len(silent), 'leaking host')} of last week silent" if silent else "")
             ),
             rows=rows(view),
             ranking=view.ranking[:top],

@@ -42,10 +42,25 @@ def test_week_over_week(sim_doc) -> None:
     prev.findings = [f for f in prev.findings if f.host != "host-rss-leak-00"]
     status = {(c.host, c.category): c.status for c in compare(prev, cur)}
     assert status[("rank-skew-00", "leak.gpu")] == "resolved"
-    assert ("kv-pool-leak-00", "leak.kv_pool") not in status
+    # it was left off the page, which then read "no leak findings in either week"
+    assert status[("kv-pool-leak-00", "leak.kv_pool")] == "silent"
     assert status[("host-rss-leak-00", "leak.host_rss")] == "new"
     assert status[("fast-image-processor-leak-00", "leak.gpu")] == "persisting"
     assert all(c.status == "new" for c in compare(None, cur))
+    # a finding gone because its rules could not run this week (its logs missing, say) is
+    # not "resolved"; one the week before could not have found is not plainly "new"
+    host = "cuda-context-leak-00"
+    rules = {f.rule_id for f in sim_doc.findings if f.host == host and f.category in RATED}
+    assert rules
+    blind = copy.deepcopy(sim_doc)
+    blind.findings = [f for f in blind.findings if f.host != host]
+    for c in blind.coverage:
+        if c["host"] == host:
+            c["checked"] = [r for r in c["checked"] if r not in rules]
+    assert {c.status for c in compare(sim_doc, blind) if c.host == host} == {"unchecked"}
+    assert {c.status for c in compare(blind, sim_doc) if c.host == host} == {"unchecked_before"}
+    view = build("2026-W48", sim_doc, blind)
+    assert view.previous_incomplete == blind.incomplete_reasons()
 
 
 def test_fleet_command_writes_the_page(sim_bucket, tmp_path) -> None:
