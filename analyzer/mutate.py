@@ -266,7 +266,7 @@ def mutants(rule: Rule, ops: tuple[str, ...] = DEFAULT_OPERATORS) -> list[Mutant
 
 def equivalents(rule: Rule) -> dict[str, str]:
     """The rule's ``equivalent`` metadata: mutant id → reason."""
-    m = _FRONT.match(rule.path.read_text(encoding="utf-8"))
+    m = _FRONT.match(rule.path.read_text(encoding="utf-8-sig"))
     meta = tomllib.loads(m.group(2)) if m else {}
     out: dict[str, str] = {}
     for e in meta.get("equivalent", []):

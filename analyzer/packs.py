@@ -137,7 +137,7 @@ def parse_rule(path: Path, pack: str = "") -> Rule | RuleError:
     """Parse and validate one rule file."""
     rule_id = path.stem
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         return RuleError(path, 1, f"cannot read rule: {e}", rule_id)
     m = _FRONT.match(text)
@@ -247,14 +247,28 @@ def load_pack(folder: str | Path) -> Pack:
     if not manifest.is_file():
         raise PackError(f"{path}: not a rule pack (no pack.toml)")
     try:
-        meta = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        meta = tomllib.loads(manifest.read_text(encoding="utf-8-sig"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise PackError(f"{manifest}: {e}") from e
     name = str(meta.get("name") or path.name)
     pack = Pack(name, str(meta.get("version", "0")), path, str(meta.get("description", "")))
-    for f in sorted((path / "rules").glob("*.sql")):
+    rules = path / "rules"
+    if not rules.is_dir():
+        near = sorted(d.name + "/" for d in path.iterdir() if d.is_dir() and d.name != "tests")
+        raise PackError(
+            f"{path}: no rules/ folder: a pack's rules are rules/<ID>.sql"
+            + (f" (it has {', '.join(near)})" if near else "")
+        )
+    for f in sorted(rules.glob("*.sql")):
         r = parse_rule(f, name)
         (pack.errors if isinstance(r, RuleError) else pack.rules).append(r)  # type: ignore[arg-type]
+    # files that look like rules but would be passed over: said, not skipped in silence
+    for f in sorted(rules.rglob("*")):
+        if f.suffix.lower() == ".sql" and (f.suffix != ".sql" or f.parent != rules):
+            why = "not in rules/ itself" if f.parent != rules else "its name must end in .sql"
+            pack.errors.append(RuleError(f, 1, f"not read: {why}", f.stem))
+    if not pack.rules and not pack.errors:
+        raise PackError(f"{rules}: no rules (rules/<ID>.sql files)")
     return pack
 
 
@@ -264,7 +278,11 @@ def load_packs(extra: list[str | Path] | None = None, *, builtin: bool = True) -
         raise PackError(
             f"{DEFAULT_PACK / 'rules'}: the built-in pack has no rules - this installation is incomplete; reinstall leakreport"
         )
-    packs += [load_pack(p) for p in extra or []]
+    given: set[Path] = {DEFAULT_PACK.resolve()} if builtin else set()
+    for folder in extra or []:  # a pack given twice (./p and p/) is read once
+        if Path(folder).resolve() not in given:
+            given.add(Path(folder).resolve())
+            packs.append(load_pack(folder))
     seen: dict[str, Path] = {}
     for p in packs:
         for r in list(p.rules):

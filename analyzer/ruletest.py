@@ -67,7 +67,7 @@ def load_cases(path: Path, pack: str) -> list[Case]:
     """The cases of one tests/<RULE>.toml; ValueError naming the file and case for a file
     that is not TOML, a key a case does not take, or a case that expects nothing."""
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: {e}") from e
     rule_id = str(doc.get("rule", path.stem))

@@ -104,7 +104,14 @@ def rules_test(
         die(f"--rule: no rule {', '.join(sorted(set(only) - known))} is loaded")
     broken: list[str] = []  # test files that cannot be read: said, the rest still run
     failed = total = 0
-    for case in collect_cases(loaded, broken):
+    cases = collect_cases(loaded, broken)
+    # a rule no case runs passed in silence: it is a failure (one case where it must fire,
+    # one where it must not, is what makes a rule trusted)
+    have = {c.rule_id for c in cases}
+    untested = [
+        r for p in loaded for r in p.rules if r.id not in have and (not only or r.id in only)
+    ]
+    for case in cases:
         if only and case.rule_id not in only:
             continue
         total += 1
@@ -115,14 +122,20 @@ def rules_test(
         failed += bool(problems)
     for line in broken:
         click.echo(f"FAIL {line}")
+    for r in untested:
+        click.echo(
+            f"FAIL {r.id}: no test case ({r.path.parent.parent / 'tests' / (r.id + '.toml')}: "
+            "one where it must fire, one where it must not)"
+        )
     click.echo(
         f"{total - failed} passed, {failed} failed"
         + (f", {len(broken)} test files not read" if broken else "")
+        + (f", {len(untested)} rules without a case" if untested else "")
     )
     if total == 0 and not broken:
         err("leakreport: no test cases found (tests/<RULE>.toml in each pack)")
     errors = sum(len(p.errors) for p in loaded)
-    if failed or errors or broken or total == 0:
+    if failed or errors or broken or untested or total == 0:
         sys.exit(exitcodes.ERROR)
     if mutate:
         from analyzer import mutate as mut

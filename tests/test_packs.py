@@ -148,6 +148,34 @@ def test_pack_errors(tmp_path) -> None:
         load_pack(tmp_path / "x")
 
 
+def test_rules_a_pack_would_pass_over_are_named(tmp_path) -> None:
+    """A misnamed rules/ folder, a rule named .SQL or one in a sub-folder: the pack loaded
+    with no rules, and every command went on, exit 0. The same pack given twice (./p and
+    p/) was read twice, its rules "already defined" by themselves. A byte-order mark (a
+    Windows editor's) read as a missing front-matter block."""
+    pack = _pack(tmp_path / "p", {"MY001": GOOD.format(id="MY001")})
+    (pack / "rules").rename(pack / "rule")
+    with pytest.raises(PackError, match=r"no rules/ folder: .* \(it has rule/\)"):
+        load_pack(pack)
+    (pack / "rule").rename(pack / "rules")
+    (pack / "rules" / "MY001.sql").rename(pack / "rules" / "MY002.SQL")
+    (pack / "rules" / "sub").mkdir()
+    (pack / "rules" / "sub" / "MY003.sql").write_text(GOOD.format(id="MY003"))
+    errors = sorted(str(e) for e in load_pack(pack).errors)
+    assert errors == [
+        f"{pack}/rules/MY002.SQL:1: not read: its name must end in .sql",
+        f"{pack}/rules/sub/MY003.sql:1: not read: not in rules/ itself",
+    ]
+    for f in [pack / "rules" / "MY002.SQL", pack / "rules" / "sub" / "MY003.sql"]:
+        f.unlink()
+    with pytest.raises(PackError, match="no rules"):
+        load_pack(pack)
+    (pack / "rules" / "MY001.sql").write_bytes(b"\xef\xbb\xbf" + GOOD.format(id="MY001").encode())
+    (pack / "pack.toml").write_bytes(b"\xef\xbb\xbf" + (pack / "pack.toml").read_bytes())
+    got = load_packs([pack, f"{tmp_path}/./p/"])
+    assert len(got) == 2 and [r.id for r in got[1].rules] == ["MY001"] and not got[1].errors
+
+
 def test_param_override_parsing() -> None:
     assert parse_param_overrides(
         ["GM001.min_growth_mib=128", "KB001.max_affected_version=0.5.0", "A.b=true"]
@@ -222,6 +250,14 @@ def test_the_readme_rule_and_a_pack_built_on_it_pass_their_cases(tmp_path) -> No
     assert "MY002.toml: Invalid value (at line 2" in r.stdout
     assert "MY003.toml: case 't': unknown key 'expect_cout'" in r.stdout
     assert "MY004.toml: case 'p': MY001 has no parameter 'limt_pct' (it has: limit_pct)" in r.stdout
+    # a rule no case runs passed in silence
+    for f in (pack / "tests").glob("MY00[234].toml"):
+        f.unlink()
+    (pack / "rules" / "MY005.sql").write_text(sql.replace("MY001", "MY005"))
+    r = rules_test()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "2 passed, 0 failed, 1 rules without a case" in r.stdout
+    assert f"FAIL MY005: no test case ({pack / 'tests' / 'MY005.toml'}: one where" in r.stdout
 
 
 def test_rules_test_takes_a_rule_timeout_and_runs_only_the_rules_asked(tmp_path) -> None:
