@@ -41,6 +41,11 @@ def _hosts_with(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
         return set()
 
 
+def hosts_with_data(con: duckdb.DuckDBPyConnection, known: dict[str, set[str]]) -> set[str]:
+    """Every host with rows in a trace table (``known``: where the footers tell)."""
+    return set().union(*(known[t] if t in known else _hosts_with(con, t) for t in TABLES))
+
+
 def build(
     con: duckdb.DuckDBPyConnection,
     doc: FindingsDocument,

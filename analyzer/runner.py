@@ -18,6 +18,7 @@ import duckdb
 
 from analyzer import __version__, coverage, logevents, memory, pods, rollup, rowcheck, series
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
+from analyzer.categories import SEVERITIES
 from analyzer.findings import (
     LEFT_OUT,
     Finding,
@@ -172,12 +173,13 @@ def run_rule(
         raise RuleOutputError(f"rule output lacks evidence column(s) {', '.join(missing)}")
     out = []
     seen: set[tuple[Any, ...]] = set()
-    for row in rows:
+    for n, row in enumerate(rows, 1):
         key = tuple(json.dumps(x, sort_keys=True, default=str) for x in row)
         if key in seen:
             continue
         seen.add(key)
         rec = dict(zip(cols, row, strict=True))
+        _check_row(rec, n)
         severity = rec.get("severity") or rule.severity
         gpu = rec.get("gpu")
         pid = rec.get("pid")
@@ -199,6 +201,22 @@ def run_rule(
             )
         )
     return out, len(rows) - len(out)
+
+
+def _check_row(rec: dict[str, Any], n: int) -> None:
+    """A row a finding can be made of: a host and a summary, a known severity, times that
+    are times. A NULL host became the host "None", and 'yesterday' a finding's start."""
+    for col in ("host", "summary"):
+        if rec[col] is None or str(rec[col]).strip() == "":
+            raise RuleOutputError(f"row {n}: {col} is {'NULL' if rec[col] is None else 'empty'}")
+    if rec.get("severity") is not None and rec["severity"] not in SEVERITIES:
+        raise RuleOutputError(
+            f"row {n}: severity {rec['severity']!r}, not one of {', '.join(SEVERITIES)}"
+        )
+    for col in ("start", "end"):
+        v = rec.get(col)
+        if v is not None and not isinstance(v, dt.datetime):
+            raise RuleOutputError(f"row {n}: {col} is {v!r}, not a timestamp")
 
 
 def analyze(
@@ -339,6 +357,7 @@ def _analyze(
             )
         )
         statuses: list[RuleStatus] = []
+        data_hosts: set[str] | None = None
         n_rules = sum(
             len(p.errors) + sum(only_rules is None or r.id in only_rules for r in p.rules)
             for p in packs
@@ -365,6 +384,13 @@ def _analyze(
                     )
                     if repeated:
                         st.reason = repeated_rows(repeated)
+                    if found and data_hosts is None:  # a finding names a host with data
+                        data_hosts = coverage.hosts_with_data(con, opened.hosts)
+                    ghosts = sorted({f.host for f in found} - (data_hosts or set()))
+                    if ghosts:
+                        raise RuleOutputError(
+                            f"a row names host {ghosts[0]!r}, which has no data in scope"
+                        )
                 except (duckdb.Error, RuleOutputError, ValueError, TypeError) as e:
                     if gone := vanished(e):
                         raise BucketChanged(gone) from e

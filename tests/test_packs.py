@@ -112,6 +112,36 @@ def test_broken_rule_fails_alone(tmp_path) -> None:
     assert "LINE 15:" in status["U4"].reason, status["U4"].reason  # the file's line, not 2
 
 
+def test_rows_no_finding_can_be_made_of_are_errors(tmp_path) -> None:
+    """A NULL host became a finding of host "None", a host with no data in scope went onto
+    the fleet page as leaking, and 'yesterday' became a finding's start, all exit 0."""
+    base = (
+        "SELECT host, count(*) AS n, 'rows: ' || count(*) AS summary FROM gpu_samples GROUP BY host"
+    )
+    bad = {
+        "B1": ("SELECT NULL AS host, 1 AS n, 's' AS summary", "row 1: host is NULL"),
+        "B2": (base.replace("SELECT host,", "SELECT 'ghost-host' AS host,").replace(
+            "GROUP BY host", ""), "a row names host 'ghost-host', which has no data in scope"),
+        "B3": (base.replace("AS summary", "AS summary, 'yesterday' AS start"),
+               "row 1: start is 'yesterday', not a timestamp"),
+        "B4": (base.replace("AS summary", "AS summary, 'urgent' AS severity"),
+               "row 1: severity 'urgent', not one of info, warning, critical"),
+        "B5": (base.replace("'rows: ' || count(*)", "NULL"), "row 1: summary is NULL"),
+    }  # fmt: skip
+    head = GOOD.split("---*/")[0] + "---*/\n"
+    rules = {k: head.format(id=k) + sql + "\n" for k, (sql, _why) in bad.items()}
+    rules["OK1"] = head.format(id="OK1") + base.replace("AS summary", "AS summary, now() AS start")
+    pack = _pack(tmp_path / "pack", rules)
+    bucket = tmp_path / "bucket"
+    BucketWriter(bucket, "host-a").write("gpu_samples", generate_gpu({"cycles": 1})["gpu_samples"])
+    doc = analyze(bucket, load_packs([pack], builtin=False))
+    status = {r.rule_id: r for r in doc.run.rules}
+    for rid, (_sql, why) in bad.items():
+        assert status[rid].status == "errored" and why in status[rid].reason, status[rid]
+    assert status["OK1"].status == "fired"
+    assert [f.host for f in doc.findings] == ["host-a"]
+
+
 def test_missing_table_skips_rule(tmp_path) -> None:
     pack = _pack(tmp_path / "pack", {"U1": GOOD.format(id="U1")})
     bucket = tmp_path / "empty"
