@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -242,6 +243,8 @@ def run_eval(
     n = len(resolve(scenario)) if scenario != "all" else len(SCENARIOS)
     res = EvalResult(hosts=hosts_per_scenario * n, hours=hours, seed=seed)
     for shape in shapes:
+        # the shape's scratch folder, emptied: a bucket of an earlier run would mix in
+        shutil.rmtree(workdir / shape, ignore_errors=True)
         bucket = workdir / shape / "bucket"
         labels_path = workdir / shape / "labels.json"
         plans = simulate(

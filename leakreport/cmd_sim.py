@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -91,6 +90,7 @@ def simulate(
         die(
             f"simulate: --hosts {hosts} is fewer than the {n_scen} scenarios (one host each at least)"
         )
+    _not_simulated_yet(out, scenario, hosts or n_scen, seed)
     say = console()
     plans = run_sim(
         scenario,
@@ -104,6 +104,32 @@ def simulate(
         tz=tz,
     )
     say(f"simulated {plural(len(plans), 'host')} x {hours:g} h into {out}")
+
+
+def _not_simulated_yet(out: str, scenario: str, hosts: int, seed: int) -> None:
+    """Refuse a bucket that has data of a host this simulation writes: two traces of one
+    host (another seed, another length) mixed into one, and the analysis read both. Other
+    hosts' data (another scenario simulated into the same bucket) is fine."""
+    from collector import layout
+    from collector.schema import TABLES
+    from collector.store import is_s3, root_of, s3_filesystem
+    from simulator.generate import plan_fleet
+
+    fs = s3_filesystem() if is_s3(out) else None
+    if fs is None and not Path(out).is_dir():
+        return
+    try:
+        there = set(layout.hosts_in(root_of(out, fs), TABLES, fs))
+    except OSError as e:
+        die(f"simulate: {out}: cannot list it: {e}")
+    again = sorted(there & {p.host for p in plan_fleet(scenario, hosts, seed)})
+    if again:
+        die(
+            f"simulate: {out} already has data of host {again[0]}"
+            + (f" (and {len(again) - 1} more)" if len(again) > 1 else "")
+            + ": simulating it again would mix two traces of one host; use another --out, "
+            "or delete it first"
+        )
 
 
 @click.command("eval", epilog="Exit codes: 0 every target met, 1 a target missed, 2 usage error.")
@@ -150,8 +176,6 @@ def eval_cmd(
     from analyzer.evaluate import markdown, run_eval
 
     out = Path(out_dir)
-    if (out / "bucket").exists():
-        shutil.rmtree(out / "bucket")
     out.mkdir(parents=True, exist_ok=True)
     res = run_eval(
         out,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,36 @@ def test_errors_exit_2_with_a_message(sim_bucket, tmp_path, args: list[str], mes
     assert r.returncode == exitcodes.ERROR
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_simulating_a_host_into_a_bucket_that_has_it_is_refused(tmp_path) -> None:
+    """Two simulations of one host (another seed) went into one bucket, and the analysis
+    read both traces as one. Another scenario's hosts beside them are fine."""
+    out = str(tmp_path / "b")
+    sim = ("simulate", "--hours", "0.5", "--out", out, "-q", "--scenario")
+    assert leakreport(*sim, "cache-warmup").returncode == 0
+    before = sorted(p.name for p in (tmp_path / "b").rglob("*.parquet"))
+    r = leakreport(*sim, "cache-warmup", "--seed", "9")
+    assert r.returncode == exitcodes.ERROR and "Traceback" not in r.stderr
+    assert f"{out} already has data of host cache-warmup-00: simulating it again" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "b").rglob("*.parquet")) == before
+    assert leakreport(*sim, "healthy-static").returncode == 0
+
+
+def test_eval_into_the_same_folder_scores_as_a_fresh_one(tmp_path) -> None:
+    """eval emptied OUT/bucket but wrote OUT/<shape>/bucket: a second run with another
+    seed scored both runs' traces together."""
+    from analyzer.evaluate import run_eval
+
+    def score(folder: Path, seed: int) -> dict:
+        res = run_eval(folder, hours=1, seed=seed, shapes=("native",), scenario="cache-warmup")
+        return res.to_dict()["shapes"]
+
+    score(tmp_path / "again", 11)
+    assert score(tmp_path / "again", 12) == score(tmp_path / "fresh", 12)
+    assert len(list((tmp_path / "again").rglob("*.parquet"))) == len(
+        list((tmp_path / "fresh").rglob("*.parquet"))
+    )
 
 
 def test_param_override_changes_the_verdict(sim_bucket) -> None:
