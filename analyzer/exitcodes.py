@@ -20,7 +20,20 @@ TABLE = (
 )
 
 
-def help_text() -> str:
-    """The exit-code table as one paragraph for click help (\b keeps the lines)."""
-    lines = "\n".join(f"  {code}  {text}" for code, text in TABLE)
+# `leakreport fleet` writes a page whatever it finds: it has no --fail-on
+FLEET_TABLE = (
+    (OK, "page written; the week checked in full"),
+    (ERROR, "usage or input error (bad option or week, not a bucket, broken pack)"),
+    (
+        INCOMPLETE,
+        "page written, but the week has no data or could not be checked in full "
+        "(the page and stderr say what)",
+    ),
+    (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
+)
+
+
+def help_text(table: tuple[tuple[int, str], ...] = TABLE) -> str:
+    """An exit-code table as one paragraph for click help (\b keeps the lines)."""
+    lines = "\n".join(f"  {code}  {text}" for code, text in table)
     return f"\b\nExit codes:\n{lines}"

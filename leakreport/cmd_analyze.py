@@ -15,6 +15,7 @@ from analyzer.progress import plural
 from leakreport import Sigint
 from leakreport.common import (
     EPILOG_EXIT,
+    EPILOG_FLEET,
     Console,
     bucket_path,
     console,
@@ -162,7 +163,7 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
     sys.exit(exit_code(doc, fail_on))
 
 
-@click.command(epilog=EPILOG_EXIT)
+@click.command(epilog=EPILOG_FLEET)
 @click.argument("bucket")
 @click.option("--week", required=True, help="ISO week, e.g. 2026-W48 (Monday to Sunday, UTC).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
@@ -171,7 +172,8 @@ def report(source: str, opts: AnalysisOptions, out: str, fail_on: str) -> None:
     type=click.IntRange(min=0),
     default=TOP,
     show_default=True,
-    help="Rows of each table on the page; the rest are counted (0: every row).",
+    help="Rows of the soonest-OOM and leak-rate tables (week over week: four times as "
+    "many; cohorts: all); the rest are counted (0: every row).",
 )
 @analysis_options(scope=False)
 @verbosity_options

@@ -96,8 +96,9 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
     default pack and options when its stored findings are missing or stale (its
     trace files, the code or the packs changed), and stored only when the analysis
     is complete. Run it after `leakreport compact`. A raw file that does not match
-    its schema, or a week file that cannot be written, is named on stderr, the rest
-    goes on, and the exit code is 3, as it is when BUCKET holds no trace file at all
+    its schema, a week file that cannot be written, or a week whose analysis is
+    incomplete is named on stderr, the rest goes on, and the exit code is 3, as it is
+    when BUCKET holds no trace file at all
     (the folder above the bucket?). One compact or rollup at a time on a bucket
     folder: another one running (a cron run that overran) is named, nothing is
     done, exit 3 (an S3 bucket has no lock: run one such job per bucket there).
@@ -131,14 +132,14 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
                 err(f"leakreport: incomplete: left out: {line}")
             for line in res.week_failures:
                 err(f"leakreport: incomplete: {line}")
-            store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
+            weeks = store_weeks(bucket, before or dt.datetime.now(dt.UTC).date())
     except BucketBusy as e:
         die(f"incomplete: {e}", exitcodes.INCOMPLETE)
     except (BucketError, OSError, RuntimeError, duckdb.Error) as e:
         if was_interrupted(e):
             raise KeyboardInterrupt from e
         die(str(e))
-    if res.skipped or res.week_failures:
+    if res.skipped or res.week_failures or weeks.incomplete:  # cron must hear of each
         raise SystemExit(exitcodes.INCOMPLETE)
     if res.built == 0 and res.current == 0:
         holds_traces(bucket, "roll up")

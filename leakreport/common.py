@@ -349,3 +349,4 @@ def exit_code(doc: Any, fail_on: str, *, show: bool = True) -> int:
 
 
 EPILOG_EXIT = exitcodes.help_text()
+EPILOG_FLEET = exitcodes.help_text(exitcodes.FLEET_TABLE)

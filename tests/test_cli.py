@@ -173,6 +173,9 @@ def test_rules_list_and_help() -> None:
     assert r.returncode == 0 and "GM001" in r.stdout and "leak.gpu" in r.stdout
     h = leakreport("analyze", "--help")
     assert "--fail-on" in h.stdout and "--param" in h.stdout
+    # fleet has no --fail-on: its exit codes say what it does (it showed analyze's)
+    h = leakreport("fleet", "--help")
+    assert "--fail-on" not in h.stdout and "page written" in h.stdout
 
 
 def test_rules_test_command_runs_the_pack_cases() -> None:

@@ -252,6 +252,20 @@ def test_unfinished_and_incomplete_weeks_are_not_stored(bucket) -> None:
     assert sorted(store_state(bucket)) == [f"{W48}.json"]
 
 
+def test_a_week_whose_analysis_is_incomplete_makes_rollup_exit_3(bucket) -> None:
+    """A host-day's raw files deleted after its tier was stored: the week's analysis is
+    incomplete and its findings are not stored, which rollup said on stderr and exit 0,
+    so a cron job saw success every day."""
+    rollup(bucket)
+    shutil.rmtree(bucket / weekstore.STORE_DIR)
+    for d in (bucket / "gpu_samples" / "date=2026-11-18").iterdir():
+        shutil.rmtree(d)
+    r = run("rollup", str(bucket), "--before", BEFORE)
+    assert r.exit_code == 3, r.stdout + r.stderr
+    assert "1 week stored, 0 already current, 1 not stored (incomplete analysis)" in r.stdout
+    assert f"week not stored: {W47}: " in r.stderr
+
+
 def test_a_week_with_quarantined_rows_is_not_stored(bucket) -> None:
     """Samples before the host's first collector run are quarantined: not a clean week."""
     from collector.writer import BucketWriter
