@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import click
 from analyzer import exitcodes
 from analyzer.progress import plural
 from collector.clikit import tz_option
-from leakreport.common import console, die, verbosity_options, write_out
+from leakreport.common import console, die, verbosity_options, writable_out, write_out
 
 
 @click.command()
@@ -36,7 +38,11 @@ from leakreport.common import console, die, verbosity_options, write_out
     help="Trace length in hours.",
 )
 @click.option(
-    "--seed", default=7, show_default=True, type=int, help="Random seed (output is deterministic)."
+    "--seed",
+    default=7,
+    show_default=True,
+    type=click.IntRange(0, 2**32 - 1),
+    help="Random seed (output is deterministic).",
 )
 @click.option(
     "--labels",
@@ -90,6 +96,11 @@ def simulate(
         die(
             f"simulate: --hosts {hosts} is fewer than the {n_scen} scenarios (one host each at least)"
         )
+    _finite(hours)
+    writable_out(labels_path, "--labels")  # before the fleet is written, not after
+    if labels_path:
+        _folder(str(Path(labels_path).parent), "--labels")
+    _folder(out)
     _not_simulated_yet(out, scenario, hosts or n_scen, seed)
     say = console()
     plans = run_sim(
@@ -104,6 +115,23 @@ def simulate(
         tz=tz,
     )
     say(f"simulated {plural(len(plans), 'host')} x {hours:g} h into {out}")
+
+
+def _finite(hours: float) -> None:
+    if math.isnan(hours):  # click's range lets NaN through: it compares false either way
+        die("--hours nan: not a number of hours")
+
+
+def _folder(out: str, what: str = "--out") -> None:
+    """Make an output folder now (exit 2 naming why it cannot be), not a traceback later."""
+    if out.startswith("s3://"):
+        return
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        die(f"{what} {out}: cannot make the folder: {e.strerror or e}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        die(f"{what} {out}: cannot write: no permission")
 
 
 def _not_simulated_yet(out: str, scenario: str, hosts: int, seed: int) -> None:
@@ -155,7 +183,9 @@ def _not_simulated_yet(out: str, scenario: str, hosts: int, seed: int) -> None:
     type=click.FloatRange(0.5, 168),
     help="Trace length per scenario.",
 )
-@click.option("--seed", default=11, show_default=True, type=int, help="Random seed.")
+@click.option(
+    "--seed", default=11, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Random seed."
+)
 @click.option(
     "--step-minutes",
     default=10,
@@ -175,8 +205,9 @@ def eval_cmd(
     """
     from analyzer.evaluate import markdown, run_eval
 
+    _finite(hours)
+    _folder(out_dir)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     res = run_eval(
         out,
         hosts_per_scenario=hosts_per_scenario,

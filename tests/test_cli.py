@@ -114,6 +114,13 @@ def test_date_filter_outside_data_gives_nothing(sim_bucket) -> None:
         (["analyze", "{bucket}", "--until", "2026-W48-1"], "not a date"),
         (["compact", "{bucket}", "--before", "2026-W48"], "not a date"),
         (["simulate", "--scenario", "nope", "--out", "{tmp}"], "no scenario 'nope'"),
+        # each was a traceback, exit 1 (--labels after the whole fleet was written)
+        (["simulate", "--out", "/proc/x"], "--out /proc/x: cannot make the folder"),
+        (["simulate", "--out", "{tmp}", "--hours", "nan"], "--hours nan: not a number"),
+        (["simulate", "--out", "{tmp}", "--seed", "99999999999999999999"], "--seed"),
+        (["simulate", "--out", "{tmp}", "--labels", "/proc/x/l.json"], "--labels /proc/x: cannot"),
+        (["eval", "--out", "/proc/x"], "--out /proc/x: cannot make the folder"),
+        (["eval", "--out", "{tmp}", "--hours", "nan"], "--hours nan: not a number"),
     ],
 )
 def test_errors_exit_2_with_a_message(sim_bucket, tmp_path, args: list[str], message: str) -> None:
