@@ -89,8 +89,8 @@ def import_() -> None:
 @_BUCKET
 @click.option(
     "--start",
-    help="ISO time of the first sample, when the file has no timestamp column (default: the "
-    "last sample is at the file's modification time).",
+    help="ISO time of the first sample, when the file has no timestamp column (in --tz "
+    "unless it has an offset; default: the last sample is at the file's modification time).",
 )
 @click.option(
     "--interval",
@@ -125,7 +125,7 @@ def import_smi(
         --format=csv -l 10 > smi.csv
       leakcollect import nvidia-smi-csv smi.csv --host gpu-7 --bucket /data/traces
     """
-    from collector.importers import ImportError_, read_nvidia_smi_csv
+    from collector.importers import ImportError_, read_nvidia_smi_csv, zone
 
     files: list[str] = []  # written a chunk at a time while the file is read
 
@@ -134,8 +134,8 @@ def import_smi(
 
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
-        if t0 and t0.tzinfo is None:
-            t0 = t0.replace(tzinfo=dt.UTC)
+        if t0 and t0.tzinfo is None:  # a wall-clock time, as the log's own: in --tz
+            t0 = t0.replace(tzinfo=zone(tz))
         got = read_nvidia_smi_csv(
             file, host, start=t0, interval=interval, columns=columns, tz=tz, flush=flush
         )

@@ -144,6 +144,50 @@ def test_a_gzip_server_log_imports_as_the_plain_one_and_nothing_found_is_an_erro
         assert not (tmp_path / "nothing").exists()
 
 
+def test_a_start_without_an_offset_is_read_in_tz(tmp_path) -> None:
+    """--tz named the log's zone, but a --start without an offset was read as UTC: every
+    sample an hour off in Berlin's winter."""
+    import datetime as dt
+
+    f = tmp_path / "nots.csv"
+    f.write_text(
+        "index, memory.used [MiB], memory.total [MiB]\n0, 100 MiB, 800 MiB\n0, 101 MiB, 800 MiB\n"
+    )
+    firsts = {}
+    for start, tz in [
+        ("2026-11-23T10:00:00", "Europe/Berlin"),
+        ("2026-11-23T10:00:00+02:00", "Europe/Berlin"),
+        ("2026-11-23T10:00:00", None),
+    ]:
+        b = tmp_path / f"b{len(firsts)}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "import",
+            "nvidia-smi-csv",
+            str(f),
+            "--host",
+            "h",
+            "--bucket",
+            str(b),
+            "--start",
+            start,
+            "--interval",
+            "10",
+        ] + (["--tz", tz] if tz else [])
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        (p,) = b.rglob("gpu_samples/*/*/*.parquet")
+        firsts[(start, tz)] = min(pq.read_table(p)["ts"].to_pylist())
+    utc = dt.UTC
+    assert list(firsts.values()) == [
+        dt.datetime(2026, 11, 23, 9, tzinfo=utc),  # 10:00 in Berlin (UTC+1 in November)
+        dt.datetime(2026, 11, 23, 8, tzinfo=utc),  # its own offset wins
+        dt.datetime(2026, 11, 23, 10, tzinfo=utc),
+    ]
+
+
 def test_cli_imports_into_the_bucket(tmp_path) -> None:
     f = tmp_path / "a.csv"
     f.write_text("\n".join(csv_blocks()[0]) + "\n")
