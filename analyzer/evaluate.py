@@ -157,10 +157,10 @@ def score(
             got = found.get((host, key), set())
             for c in expected & got:
                 confusion[c]["tp"] += 1
-            for c in expected - got:
+            for c in sorted(expected - got):  # sorted: eval.md the same every run
                 confusion[c]["fn"] += 1
                 problems.append(f"{host} {key}: missed {c}")
-            for c in got - expected - allow:
+            for c in sorted(got - expected - allow):
                 confusion[c]["fp"] += 1
                 problems.append(f"{host} {key}: unexpected {c}")
         mismatches += problems

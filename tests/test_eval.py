@@ -63,3 +63,36 @@ def test_score_counts_misses_and_false_positives(sim_bucket, sim_doc) -> None:
     confusion, mismatches = score(sim_doc, broken)
     assert confusion["leak.gpu"]["fn"] == 1 and confusion["oom.forecast"]["fp"] == 1
     assert len(mismatches) == 2
+
+
+def test_the_mismatch_list_is_in_one_order_whatever_the_hash_seed(
+    sim_bucket, sim_doc, tmp_path
+) -> None:
+    """Misses were listed in set order, which changes with Python's string hash seed:
+    eval.md differed between two identical runs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _, labels = sim_bucket
+    broken = copy.deepcopy(labels)
+    cats = ["leak.gpu", "leak.kv_pool", "leak.host_rss", "cache.growth", "oom.event"]
+    broken["hosts"]["healthy-static-00"]["expect"]["gpu:0"] = cats  # five misses
+    (tmp_path / "labels.json").write_text(json.dumps(broken))
+    (tmp_path / "doc.json").write_text(sim_doc.to_json())
+    code = (
+        "import json, sys; from analyzer.evaluate import score; "
+        "from analyzer.findings import FindingsDocument as D; "
+        "d = D.from_json(open(sys.argv[1]).read()); l = json.load(open(sys.argv[2])); "
+        "print(json.dumps(score(d, l)[1]))"
+    )
+    got = set()
+    for seed in ("1", "2", "3"):
+        r = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "doc.json"), str(tmp_path / "labels.json")],
+            capture_output=True, text=True, timeout=120, check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )  # fmt: skip
+        got.add(r.stdout)
+    assert len(got) == 1 and len(json.loads(got.pop())) == 5
