@@ -13,7 +13,7 @@ import click
 from analyzer import exitcodes
 from analyzer.progress import plural
 from collector.clikit import tz_option
-from leakreport.common import console, die, verbosity_options, writable_out, write_out
+from leakreport.common import console, die, err, verbosity_options, writable_out, write_out
 
 
 @click.command()
@@ -102,6 +102,7 @@ def simulate(
         _folder(str(Path(labels_path).parent), "--labels")
     _folder(out)
     _not_simulated_yet(out, scenario, hosts or n_scen, seed)
+    _say_if_future(scenario, hours)
     say = console()
     plans = run_sim(
         scenario,
@@ -132,6 +133,27 @@ def _folder(out: str, what: str = "--out") -> None:
         die(f"{what} {out}: cannot make the folder: {e.strerror or e}")
     if not os.access(out, os.W_OK | os.X_OK):
         die(f"{what} {out}: cannot write: no permission")
+
+
+def _say_if_future(scenario: str, hours: float) -> None:
+    """The fleet starts on a fixed day (the output is the same every run): a trace long
+    enough to run past now is analysed with its future samples quarantined, a line each."""
+    import datetime as dt
+
+    from simulator.generate import DEFAULT_START
+    from simulator.scenarios import SCENARIOS
+
+    names = list(SCENARIOS) if scenario == "all" else [scenario]
+    longest = max([hours] + [SCENARIOS[n].min_hours for n in names])
+    end = DEFAULT_START + dt.timedelta(hours=longest)
+    now = dt.datetime.now(dt.UTC)
+    if end > now:
+        err(
+            f"leakreport: warning: the trace runs to {end:%Y-%m-%d %H:%M} UTC, past now "
+            f"({now:%Y-%m-%d %H:%M}); analyses quarantine samples more than 5 minutes in the "
+            f"future (give --hours {max((now - DEFAULT_START).total_seconds() // 3600, 0.1):g} "
+            "or less)"
+        )
 
 
 def _not_simulated_yet(out: str, scenario: str, hosts: int, seed: int) -> None:
