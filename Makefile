@@ -6,7 +6,7 @@ OUT ?= out
 DEMO_HOURS ?= 6
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint gold eval bench clean
+.PHONY: help install demo test lint gold eval bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-demo: install ## simulate a fleet, analyze it, write the HTML report and print its path
+demo: install ## simulate a fleet, analyze it, write the host and fleet HTML reports and print their paths
 	rm -rf $(OUT)/demo-bucket
 	$(VENV)/bin/leakreport simulate --scenario all --hours $(DEMO_HOURS) --seed 7 --out $(OUT)/demo-bucket --labels $(OUT)/demo-labels.json
 	$(VENV)/bin/leakreport analyze $(OUT)/demo-bucket --format json --out $(OUT)/demo-findings.json --fail-on never

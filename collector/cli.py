@@ -47,13 +47,14 @@ def cli() -> None:
     \b
     Exit codes:
       0  every source written
-      1  some sources failed (each reason on stderr and in collector_runs)
+      1  some sources failed or are behind (each reason on stderr and in collector_runs)
       2  nothing written (usage error, unknown config key, lock held, bucket unwritable)
     """
 
 
 @cli.command(
-    epilog="Exit codes: 0 every source written, 1 some failed (reasons on stderr), "
+    epilog="Exit codes: 0 every source written, 1 some failed or are behind (reasons on "
+    "stderr), "
     "2 nothing written."
 )
 @collect_options
