@@ -139,12 +139,35 @@ def write_case_bucket(case: Case, bucket: Path) -> None:
             for r in rows:
                 tables[(table, r["host"])].append(r)
     for table, rows in case.data.get("rows", {}).items():
-        for r in rows:
+        for n, r in enumerate(rows, 1):
             r = dict(r)
             r.setdefault("host", GEN_DEFAULTS["host"])
+            _check_row(table, n, r)
             tables[(table, r["host"])].append(r)
     for (table, host), rows in sorted(tables.items()):
         BucketWriter(bucket, host).write(table, rows)
+
+
+def _check_row(table: str, n: int, row: dict[str, Any]) -> None:
+    """A case's literal row, against its table's schema: the table, each column and each
+    value's type named where wrong (pyarrow said only "cannot be converted to int")."""
+    import pyarrow as pa
+
+    from collector.schema import TABLES
+
+    where = f"rows.{table}[{n}]"
+    if table not in TABLES:
+        raise ValueError(f"{where}: no table {table!r} (tables: {', '.join(TABLES)})")
+    schema = TABLES[table].schema
+    for col, value in row.items():
+        if schema.get_field_index(col) < 0:
+            raise ValueError(f"{where}: {table} has no column {col!r}")
+        try:
+            pa.array([value], type=schema.field(col).type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            raise ValueError(
+                f"{where}.{col}: {value!r} is not a {schema.field(col).type} value"
+            ) from None
 
 
 def status_word(status: str) -> str:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -347,3 +348,22 @@ def test_rows_a_rule_repeats_are_one_finding_and_said(tmp_path) -> None:
     case = Case(id="c", rule_id="U1", path=tmp_path / "t.toml", data={})
     problems = check_result(case, st.status, st.reason or "", doc.findings)
     assert problems == ["the rule's output has 2 rows repeating another row exactly"], problems
+
+
+def test_a_case_row_of_the_wrong_shape_names_its_column(tmp_path) -> None:
+    """pyarrow said only "object of type <class 'str'> cannot be converted to int"."""
+    from analyzer.ruletest import Case, write_case_bucket
+
+    def bad(row: dict) -> str:
+        case = Case("p/MY001/x", "MY001", tmp_path / "MY001.toml", {"rows": {"gpu_samples": [row]}})
+        with pytest.raises(ValueError) as e:
+            write_case_bucket(case, tmp_path / "b")
+        return str(e.value)
+
+    ok = {"ts": dt.datetime(2026, 1, 1), "gpu_index": 0}
+    assert bad({**ok, "memory_used_bytes": "lots"}) == (
+        "rows.gpu_samples[1].memory_used_bytes: 'lots' is not a int64 value"
+    )
+    assert bad({**ok, "memory_usd_bytes": 1}) == (
+        "rows.gpu_samples[1]: gpu_samples has no column 'memory_usd_bytes'"
+    )
