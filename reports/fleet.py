@@ -67,7 +67,7 @@ def _rate(r: float | None) -> str:
 
 def render_fleet(view: FleetView, *, generated_at: str = "", top: int = TOP) -> str:
     """The weekly page: soonest OOMs first, then cohorts, the ranking, week over week.
-    Rates and times to OOM are analyzer.fleet.gpu_verdicts', as on the host report."""
+    Rates and times to OOM are analyzer.verdicts.gpu_verdicts', as on the host report."""
     soonest = view.soonest
     silent = {c.host for c in view.changes if c.status == "silent"}
     return (

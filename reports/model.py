@@ -3,7 +3,7 @@
 First screen: a verdict line and one row per affected GPU, soonest OOM first. Then one
 section per GPU (the ranks of a tensor-parallel server share one), holding its findings,
 evidence, remediation and one chart. Rates and times to OOM come from
-analyzer.fleet.gpu_verdicts, the same numbers the fleet page shows.
+analyzer.verdicts.gpu_verdicts, the same numbers the fleet page shows.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from analyzer.categories import CATEGORIES, SEVERITIES
 from analyzer.findings import Finding, FindingsDocument, GpuSeries, RuleStatus
-from analyzer.fleet import GpuVerdict, gpu_verdicts
 from analyzer.outputs import data_span
 from analyzer.progress import plural
+from analyzer.verdicts import GpuVerdict, gpu_verdicts
 from reports import charts
 from reports.chartdata import build_spec
 from reports.text import LogLine, _label, _merged_logs, first_remedy, format_value, options

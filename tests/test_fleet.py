@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from analyzer.fleet import RATED, build, cohort_of, compare, previous_week, week_range
+from analyzer.fleet import build, cohort_of, compare, previous_week, week_range
+from analyzer.verdicts import RATED
 
 
 def test_iso_weeks() -> None:

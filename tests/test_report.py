@@ -28,7 +28,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
 def test_structure(sim_doc) -> None:
-    from analyzer.fleet import gpu_verdicts
+    from analyzer.verdicts import gpu_verdicts
 
     html = render_report(sim_doc, generated_at=FIXED)
     verdicts = gpu_verdicts(sim_doc)
@@ -509,7 +509,7 @@ def test_oom_clock_counts_from_the_gpus_own_data_end(sim_doc) -> None:
     chart's caption names the same clock time as the table."""
     import datetime as dt
 
-    from analyzer.fleet import gpu_verdicts
+    from analyzer.verdicts import gpu_verdicts
     from reports.model import build as build_model
 
     # each GPU's last sample, not its last chart point (the start of a chunk of buckets)
