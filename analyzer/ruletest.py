@@ -219,7 +219,8 @@ def check_result(case: Case, status: str, reason: str, found: list[Finding]) -> 
 def run_case(case: Case, packs: list[Pack], rule_timeout: float | None = None) -> list[str]:
     """Problems found (empty list = the case passed), through the full analysis
     (``rule_timeout``: the analysis's own limit when None)."""
-    from analyzer.runner import DEFAULT_RULE_TIMEOUT_S, analyze
+    from analyzer.ruleexec import DEFAULT_RULE_TIMEOUT_S
+    from analyzer.runner import analyze
 
     rules = {r.id: r for p in packs for r in p.rules}
     if case.rule_id not in rules:
@@ -286,7 +287,7 @@ class CaseBucket:
     def run(self, rule: Rule, timeout_s: float = 20.0) -> tuple[str, str, list[Finding]]:
         """(status, reason, findings) of one rule, as the analysis would report them;
         a rule still running after timeout_s is interrupted and counts as errored."""
-        from analyzer.runner import RuleOutputError, run_rule
+        from analyzer.ruleexec import RuleOutputError, run_rule
 
         assert self.con is not None, "CaseBucket.run outside its with-block"
         if not rule.enabled:

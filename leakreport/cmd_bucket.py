@@ -113,7 +113,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
 
     from analyzer import tierverify
     from analyzer.bucket import BucketError
-    from analyzer.runner import was_interrupted
+    from analyzer.ruleexec import was_interrupted
     from analyzer.tier import build
 
     s3_there(bucket)

@@ -216,7 +216,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     from analyzer import rollup
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import param_type_error, parse_param_overrides
-    from analyzer.runner import was_interrupted
+    from analyzer.ruleexec import was_interrupted
 
     say = progress if progress is not None else console()
     bucket_path(bucket)

@@ -23,7 +23,7 @@ import pytest
 
 from analyzer.bucket import Scope, open_checked
 from analyzer.memory import parse_memory_limit
-from analyzer.runner import RuleOutputError, check_select
+from analyzer.ruleexec import RuleOutputError, check_select
 from collector import layout
 from collector.writer import BucketWriter, to_arrow
 from simulator.generate import simulate

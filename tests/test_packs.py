@@ -315,7 +315,7 @@ def test_rules_test_takes_a_rule_timeout_and_runs_only_the_rules_asked(tmp_path)
         )  # fmt: skip
         return r, time.monotonic() - t0
 
-    from analyzer.runner import DEFAULT_RULE_TIMEOUT_S
+    from analyzer.ruleexec import DEFAULT_RULE_TIMEOUT_S
     from leakreport.options import RULE_TIMEOUT_S
 
     assert RULE_TIMEOUT_S == DEFAULT_RULE_TIMEOUT_S  # the CLI's copy, kept free of DuckDB
