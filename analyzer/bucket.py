@@ -144,6 +144,7 @@ class Opened:
     tier: Any = None  # analyzer.tierread.TierUse when the stored rollup tier is read
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
     interval_s: float | None = None  # ... and how far apart they are (sampling_interval)
+    intervals: dict[str, float] = field(default_factory=dict)  # per host (host_intervals)
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
@@ -257,7 +258,8 @@ def open_checked(
         out.paths.update(zip(local[name], (c.entry.path for c in good[name]), strict=True))
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
-    out.interval_s = sampling_interval(good["gpu_samples"])
+    out.intervals = host_intervals(good["gpu_samples"])
+    out.interval_s = max(out.intervals.values()) if out.intervals else None
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
         files = local[name]
@@ -330,24 +332,48 @@ def footer_hosts(
 
 def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | None:
     """Seconds from the first to the last device sample, from the files' footers
-    (samples past ``hi`` are quarantined and do not count); None when unknown."""
-    lo_t = [c.ts_min for c in files if c.ts_min is not None and c.ts_min <= hi]
-    hi_t = [min(c.ts_max, hi) for c in files if c.ts_max is not None and c.ts_min is not None]
-    if not files or len(lo_t) != len(files) or not hi_t:
+    (samples past ``hi`` are quarantined and do not count, nor does a file of them
+    alone); None when unknown (a file without time statistics)."""
+    if not files or any(c.ts_min is None or c.ts_max is None for c in files):
         return None
-    return (max(hi_t) - min(lo_t)).total_seconds()
+    now = [c for c in files if c.ts_min is not None and c.ts_min <= hi]
+    if not now:
+        return None
+    lo = min(c.ts_min for c in now if c.ts_min is not None)
+    return (max(min(c.ts_max, hi) for c in now if c.ts_max is not None) - lo).total_seconds()
+
+
+def host_intervals(files: list[filecheck.FileCheck]) -> dict[str, float]:
+    """Per host, seconds between a GPU's device samples, from the footers. A file of two
+    samples per GPU or more (rows over gpu_index's range) is one collector run, without
+    gaps: its time range over its samples less one. Files of one sample per GPU (a run
+    that takes one) are taken per host-day together, which counts the collector's gaps in
+    and so only widens the estimate. The median of a host's estimates."""
+    per: dict[str, list[float]] = {}
+    single: dict[tuple[str, dt.date], list[filecheck.FileCheck]] = {}
+    for c in files:
+        if c.ts_min is None or c.ts_max is None or not c.gpus or not c.rows:
+            continue
+        host = c.host or c.entry.host
+        n = c.rows / c.gpus
+        if n >= 2:
+            per.setdefault(host, []).append((c.ts_max - c.ts_min).total_seconds() / (n - 1))
+        else:
+            single.setdefault((host, c.entry.day), []).append(c)
+    for (host, _day), cs in single.items():
+        n = sum(c.rows / (c.gpus or 1) for c in cs)
+        if n >= 2:
+            lo = min(c.ts_min for c in cs if c.ts_min is not None)
+            hi = max(c.ts_max for c in cs if c.ts_max is not None)
+            per.setdefault(host, []).append((hi - lo).total_seconds() / (n - 1))
+    return {h: statistics.median(v) for h, v in per.items()}
 
 
 def sampling_interval(files: list[filecheck.FileCheck]) -> float | None:
-    """Seconds between a GPU's device samples, from the footers: per file, its time range
-    over its samples per GPU (rows over gpu_index's range), the median of the files. A
-    file spanning a gap of the collector counts it in, which only widens the estimate."""
-    per_file = []
-    for c in files:
-        if c.ts_min is None or c.ts_max is None or not c.gpus or c.rows < 2 * c.gpus:
-            continue
-        per_file.append((c.ts_max - c.ts_min).total_seconds() / (c.rows / c.gpus - 1))
-    return statistics.median(per_file) if per_file else None
+    """The scope's sampling interval: its sparsest host's (a width that fits that host only
+    coarsens the others' buckets; one that does not loses its idle windows)."""
+    got = host_intervals(files)
+    return max(got.values()) if got else None
 
 
 def scope_sampling(

@@ -86,8 +86,12 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";\n") if s.strip().strip(";").strip()]
 
 
-# bucket widths for samples sparser than the default buckets (seconds)
-SPARSE_WIDTHS = (20, 30, 60, 120, 300, 600, 900, 1800, 3600)
+# bucket widths for samples sparser than the default buckets (seconds); past the last,
+# idle windows of minutes cannot be told: such a host is named (analyzer.runner)
+SPARSE_WIDTHS = (20, 30, 60, 120, 300)
+# samples a width holds: up to 2 % further apart (nvidia-smi -l 60 drifts to 60.05 s; a
+# bucket goes empty once a day or so, and the stored tier's 60 s buckets still serve)
+JITTER = 1.02
 
 
 def width_for_span(span_s: float, params: dict[str, Any], interval_s: float | None = None) -> float:
@@ -95,20 +99,23 @@ def width_for_span(span_s: float, params: dict[str, Any], interval_s: float | No
     never narrower than the samples are apart (``interval_s``: a bucket that holds no
     sample ends every idle run, so samples 30 s apart in 15 s buckets made no idle window
     at all, and a leak read "clean"). The estimate counts collector gaps in, so it errs
-    wide, and a width just under it goes to the next one."""
+    wide."""
     if span_s > float(params["long_span_h"]) * 3600:
         width = float(params["long_bucket_s"])
     else:
         width = float(params["bucket_s"])
-    if interval_s is not None and interval_s > width:
-        width = float(next((w for w in SPARSE_WIDTHS if w >= interval_s), SPARSE_WIDTHS[-1]))
+    if interval_s is not None and interval_s > width * JITTER:
+        fits = (w for w in SPARSE_WIDTHS if w * JITTER >= interval_s)
+        width = float(next(fits, SPARSE_WIDTHS[-1]))
     return width
 
 
-def bucket_width(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> float:
+def bucket_width(
+    con: duckdb.DuckDBPyConnection, params: dict[str, Any], interval_s: float | None = None
+) -> float:
     """:func:`width_for_span` of the device samples' span (from ``gpu_info``)."""
     row = con.execute("SELECT epoch(max(last_ts)) - epoch(min(first_ts)) FROM gpu_info").fetchone()
-    return width_for_span(float(row[0] or 0.0) if row else 0.0, params)
+    return width_for_span(float(row[0] or 0.0) if row else 0.0, params, interval_s)
 
 
 def with_width(
@@ -140,11 +147,13 @@ def build(
     overrides: dict[str, Any] | None = None,
     tier: Any = None,
     timings: list[dict[str, Any]] | None = None,
+    interval_s: float | None = None,
 ) -> None:
     """Run the rollup SQL in file order. With ``tier`` (an analyzer.tierread.TierUse: views
     over the stored rollup tier exist), the first-stage tables it stores are read from
     it for the host-days it covers and derived from raw samples for the rest.
-    ``timings`` gets one entry per statement (file, table, seconds, tier or raw)."""
+    ``timings`` gets one entry per statement (file, table, seconds, tier or raw);
+    ``interval_s``: how far apart device samples are, where the width is not given."""
     unknown = set(overrides or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown rollup parameter(s): {', '.join(sorted(unknown))}")
@@ -157,7 +166,7 @@ def build(
     checked = False
     for f in rollup_files():
         if f.name.startswith("01_") and "bucket_s" not in (overrides or {}):
-            params["bucket_s"] = bucket_width(con, params)
+            params["bucket_s"] = bucket_width(con, params, interval_s)
         for stmt in _statements(f.read_text(encoding="utf-8")):
             refs = referenced_params(stmt)
             if with_tier is not None and "idle_cover" in stmt and not checked:

@@ -197,5 +197,5 @@ def _check_row(rec: dict[str, Any], n: int) -> None:
         )
     for col in ("start", "end"):
         v = rec.get(col)
-        if v is not None and not isinstance(v, dt.datetime):
-            raise RuleOutputError(f"row {n}: {col} is {v!r}, not a timestamp")
+        if v is not None and not isinstance(v, dt.date):  # a datetime, or a day
+            raise RuleOutputError(f"row {n}: {col} is {v!r}, not a timestamp or date")

@@ -37,6 +37,21 @@ from collector.store import is_s3
 Progress = Callable[[str], None]
 
 
+def too_sparse(con: duckdb.DuckDBPyConnection, intervals: dict[str, float]) -> list[str]:
+    """Hosts whose device samples are further apart than this analysis's buckets (past the
+    widest, rollup.SPARSE_WIDTHS): a bucket without a sample ends every idle run, so
+    their idle windows cannot be told, and a leak would read clean."""
+    row = con.execute("SELECT bucket_s FROM rollup_settings").fetchone()
+    width = float(row[0]) if row else 0.0
+    return [
+        f"{host}: device samples about {iv:,.0f} s apart, wider than this analysis's "
+        f"{width:g} s buckets: its idle windows cannot be told (give --param "
+        f"rollup.bucket_s=N, N at least the interval, with --host {host})"
+        for host, iv in sorted(intervals.items())
+        if width and iv > width * rollup.JITTER
+    ]
+
+
 def analyze(
     bucket: str | Path,
     packs: list[Pack],
@@ -151,7 +166,9 @@ def _analyze(
             lap("log_events")
             # the bucket width follows the samples' span (a host batch gets its scope's)
             overrides = rollup.with_width(overrides, opened.span_s, opened.interval_s)
-            rollup.build(con, overrides.get("rollup"), tier=opened.tier, timings=times)
+            rollup.build(
+                con, overrides.get("rollup"), opened.tier, times, interval_s=opened.interval_s
+            )
         clock = time.perf_counter()
         if opened.tier is not None:
             say(
@@ -238,6 +255,7 @@ def _analyze(
                 series.fill(con, doc)
             lap("series")
         doc.run.incomplete += [f"{LEFT_OUT}{line}" for line in opened.skipped]
+        doc.run.incomplete += too_sparse(con, opened.intervals)
         doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined
         return doc

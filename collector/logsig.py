@@ -121,14 +121,17 @@ def match(line: str) -> str | None:
     return None  # pragma: no cover - _ANY matched, so one of them does
 
 
-_BINARY = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")  # not \t \n \r \f \v ESC
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")  # not \t \n \r \f \v ESC
 
 
 def _text(line: str) -> bool:
     """Is the line text, as a message's continuation is? Bytes that decode to control
-    characters or replacement marks (a core dump, a binary pasted into the log, the
-    zeros of a preallocated file) are none: at most a few, a torn character at a cut."""
-    return len(_BINARY.findall(line[:4096])) <= 2
+    characters (a core dump, a binary pasted into the log, the zeros of a preallocated
+    file), or mostly to replacement marks, are none; a few marks are text in another
+    encoding (Latin-1 accents) or a character torn at a cut."""
+    head = line[:4096]
+    marks = head.count("\ufffd")
+    return len(_CONTROL.findall(head)) <= 2 and (marks <= 2 or marks <= len(head) // 3)
 
 
 class Matcher:

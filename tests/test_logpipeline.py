@@ -196,6 +196,12 @@ def test_binary_bytes_after_an_event_line_are_no_continuation(tmp_path) -> None:
     assert [r["signature"] for r in res.rows] == ["oom", "continuation"], res.rows
     assert res.rows[1]["text"].endswith("free \u00e9\ufffd")
     assert res.unmatched == 1
+    # text in another encoding is text: Latin-1 accents decode to a few marks (review)
+    log.write_bytes(
+        oom + "Gr\u00f6\u00dfe \u00fcberschritten f\u00fcr Ger\u00e4t 0\n".encode("latin-1")
+    )
+    res = tail(str(log), None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "h")
+    assert [r["signature"] for r in res.rows] == ["oom", "continuation"], res.rows
 
 
 def test_collector_line_time_policy() -> None:

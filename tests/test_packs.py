@@ -124,7 +124,7 @@ def test_rows_no_finding_can_be_made_of_are_errors(tmp_path) -> None:
         "B2": (base.replace("SELECT host,", "SELECT 'ghost-host' AS host,").replace(
             "GROUP BY host", ""), "a row names host 'ghost-host', which has no data in scope"),
         "B3": (base.replace("AS summary", "AS summary, 'yesterday' AS start"),
-               "row 1: start is 'yesterday', not a timestamp"),
+               "row 1: start is 'yesterday', not a timestamp or date"),
         "B4": (base.replace("AS summary", "AS summary, 'urgent' AS severity"),
                "row 1: severity 'urgent', not one of info, warning, critical"),
         "B5": (base.replace("'rows: ' || count(*)", "NULL"), "row 1: summary is NULL"),
@@ -132,6 +132,9 @@ def test_rows_no_finding_can_be_made_of_are_errors(tmp_path) -> None:
     head = GOOD.split("---*/")[0] + "---*/\n"
     rules = {k: head.format(id=k) + sql + "\n" for k, (sql, _why) in bad.items()}
     rules["OK1"] = head.format(id="OK1") + base.replace("AS summary", "AS summary, now() AS start")
+    rules["OK2"] = head.format(id="OK2") + base.replace(
+        "AS summary", "AS summary, current_date AS end"
+    )
     pack = _pack(tmp_path / "pack", rules)
     bucket = tmp_path / "bucket"
     BucketWriter(bucket, "host-a").write("gpu_samples", generate_gpu({"cycles": 1})["gpu_samples"])
@@ -139,8 +142,8 @@ def test_rows_no_finding_can_be_made_of_are_errors(tmp_path) -> None:
     status = {r.rule_id: r for r in doc.run.rules}
     for rid, (_sql, why) in bad.items():
         assert status[rid].status == "errored" and why in status[rid].reason, status[rid]
-    assert status["OK1"].status == "fired"
-    assert [f.host for f in doc.findings] == ["host-a"]
+    assert status["OK1"].status == status["OK2"].status == "fired"
+    assert [f.host for f in doc.findings] == ["host-a", "host-a"]
 
 
 def test_missing_table_skips_rule(tmp_path) -> None:
