@@ -661,6 +661,36 @@ def test_container_pids_become_the_hosts(tmp_path: Path) -> None:
     assert blind[0]["pid"] == 500 and mem == {}
 
 
+def test_a_snapshot_of_a_container_process_gets_the_hosts_pid(tmp_path: Path) -> None:
+    """A snapshot named with the probe's namespace: mapped while its process lives (/proc),
+    and after it ended by the map its records left; an older probe's name (no namespace)
+    keeps its PID. The real namespace test needs root; this one does not."""
+    from collector.spool import drain
+
+    root = tmp_path / "proc"
+    (root / "self" / "ns").mkdir(parents=True)
+    (root / "self" / "ns" / "pid").write_text("")
+    d = root / "4242"
+    (d / "ns").mkdir(parents=True)
+    (d / "ns" / "pid").write_text("")
+    (d / "status").write_text("Name:\tpython3\nNSpid:\t4242\t7\n")
+    box = (d / "ns" / "pid").stat().st_ino
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / f"snapshot-gpu-1-7-1796000000.ns{box}.pickle").write_bytes(b"x")
+    (spool / "snapshot-gpu-1-9-1796000001.pickle").write_bytes(b"x")
+    got = drain(spool, "gpu-1", proc_root=root, pids={})
+    assert got.snapshot_pids == {
+        f"snapshot-gpu-1-7-1796000000.ns{box}.pickle": 4242,
+        "snapshot-gpu-1-9-1796000001.pickle": 9,
+    }
+    shutil.rmtree(d)  # ended: its records' map (the collector keeps it) still tells
+    got = drain(spool, "gpu-1", proc_root=root, pids={f"{box}/7/1796000100.0": 4242})
+    assert got.snapshot_pids[f"snapshot-gpu-1-7-1796000000.ns{box}.pickle"] == 4242
+    got = drain(spool, "gpu-1", proc_root=root, pids={})  # nothing tells: its own PID
+    assert got.snapshot_pids[f"snapshot-gpu-1-7-1796000000.ns{box}.pickle"] == 7
+
+
 BOXED = textwrap.dedent(
     """
     import signal, sys, time, leakprobe

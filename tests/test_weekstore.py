@@ -147,6 +147,20 @@ def test_a_touched_or_added_raw_file_is_analysed_again(bucket) -> None:
     assert sources(r)[W48] == "analysed"
 
 
+def test_a_week_stored_by_the_release_before_says_so(bucket) -> None:
+    """Its key was one hash of everything: read through the store, not just the helper."""
+    rollup(bucket)
+    path = bucket / weekstore.STORE_DIR / f"{W48}.json"
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "key": "ab" * 32}))
+    r, _html = fleet(bucket)
+    assert (
+        stale(r)[W48]
+        == "analysed; stored findings not current: stored by another release of leakreport"
+    )
+    assert stale(r)[W47] == "stored findings"
+
+
 def test_params_packs_and_executor_change_the_key(bucket, tmp_path) -> None:
     rollup(bucket)
     r, _html = fleet(bucket, "--param", "GM001.min_growth_mib=256")
