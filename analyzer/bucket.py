@@ -20,7 +20,6 @@ import datetime as dt
 import functools
 import os
 import re
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +257,7 @@ def open_checked(
         out.paths.update(zip(local[name], (c.entry.path for c in good[name]), strict=True))
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
-    out.intervals = host_intervals(good["gpu_samples"])
+    out.intervals = host_intervals(good["gpu_samples"], s3)
     out.interval_s = max(out.intervals.values()) if out.intervals else None
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
@@ -343,21 +342,29 @@ def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | N
     return (max(min(c.ts_max, hi) for c in now if c.ts_max is not None) - lo).total_seconds()
 
 
-def host_intervals(files: list[filecheck.FileCheck]) -> dict[str, float]:
-    """Per host, seconds between a GPU's device samples, from the footers. A file of two
-    samples per GPU or more (rows over gpu_index's range) is one collector run, without
-    gaps: its time range over its samples less one. Files of one sample per GPU (a run
-    that takes one) are taken per host-day together, which counts the collector's gaps in
-    and so only widens the estimate. The median of a host's estimates."""
-    per: dict[str, list[float]] = {}
+def host_intervals(
+    files: list[filecheck.FileCheck], fs: Any = None, fine_s: float = 15.0
+) -> dict[str, float]:
+    """Per host, seconds between a GPU's device samples. The footers give an upper bound
+    per file (its time range over its samples per GPU less one, gpu_index's range standing
+    for the GPUs; files of one sample per GPU, as a run that takes one writes, per
+    host-day together): a gap inside a file, a GPU's missing rows or a gap in the GPU
+    numbers only widen it. The least of a host's bounds, where it is ``fine_s`` or less;
+    else (or none) the median step between its samples, read from the data (ts, host and
+    gpu_index only: such hosts are sparse, or few)."""
+    bounds: dict[str, float] = {}
     single: dict[tuple[str, dt.date], list[filecheck.FileCheck]] = {}
+
+    def bound(host: str, v: float) -> None:
+        bounds[host] = min(bounds.get(host, v), v)
+
     for c in files:
         if c.ts_min is None or c.ts_max is None or not c.gpus or not c.rows:
             continue
-        host = c.host or c.entry.host
+        host = c.host if c.host is not None else c.entry.host
         n = c.rows / c.gpus
         if n >= 2:
-            per.setdefault(host, []).append((c.ts_max - c.ts_min).total_seconds() / (n - 1))
+            bound(host, (c.ts_max - c.ts_min).total_seconds() / (n - 1))
         else:
             single.setdefault((host, c.entry.day), []).append(c)
     for (host, _day), cs in single.items():
@@ -365,27 +372,56 @@ def host_intervals(files: list[filecheck.FileCheck]) -> dict[str, float]:
         if n >= 2:
             lo = min(c.ts_min for c in cs if c.ts_min is not None)
             hi = max(c.ts_max for c in cs if c.ts_max is not None)
-            per.setdefault(host, []).append((hi - lo).total_seconds() / (n - 1))
-    return {h: statistics.median(v) for h, v in per.items()}
+            bound(host, (hi - lo).total_seconds() / (n - 1))
+    unsure = {c.host if c.host is not None else c.entry.host for c in files if c.rows} - {
+        h for h, v in bounds.items() if v <= fine_s
+    }
+    if unsure:
+        mine = [c for c in files if c.rows and (c.host or c.entry.host) in unsure]
+        bounds.update(_median_steps([c.entry.path for c in mine], fs))
+    return bounds
 
 
-def sampling_interval(files: list[filecheck.FileCheck]) -> float | None:
-    """The scope's sampling interval: its sparsest host's (a width that fits that host only
-    coarsens the others' buckets; one that does not loses its idle windows)."""
-    got = host_intervals(files)
+def _median_steps(paths: list[str], fs: Any) -> dict[str, float]:
+    """Per host, the median step between consecutive samples of a GPU (repeats left out)."""
+    import pyarrow.parquet as pq
+
+    if not paths:
+        return {}
+    cols = ["ts", "host", "gpu_index"]
+    data = pa.concat_tables(
+        [pq.read_table(p, columns=cols, filesystem=fs).select(cols) for p in paths],
+        promote_options="permissive",
+    )
+    con = duckdb.connect()
+    try:
+        con.register("s", data)
+        rows = con.execute(
+            "SELECT host, median(d) FROM (SELECT host, epoch(ts) - lag(epoch(ts)) OVER "
+            "(PARTITION BY host, gpu_index ORDER BY ts) AS d FROM s) WHERE d > 0 GROUP BY host"
+        ).fetchall()
+    finally:
+        con.close()
+    return {str(h): float(v) for h, v in rows if v is not None}
+
+
+def sampling_interval(files: list[filecheck.FileCheck], fs: Any = None) -> float | None:
+    """The sparsest host's sampling interval (:func:`host_intervals`)."""
+    got = host_intervals(files, fs)
     return max(got.values()) if got else None
 
 
 def scope_sampling(
     bucket: str | os.PathLike[str], scope: Scope, now: dt.datetime | None = None
-) -> tuple[float | None, float | None]:
-    """:func:`samples_span` and :func:`sampling_interval` of a whole scope, before it is
-    split into host batches."""
+) -> tuple[float | None, dict[str, float]]:
+    """:func:`samples_span` and :func:`host_intervals` of a whole scope, before it is split
+    into host batches."""
     s3 = s3_filesystem() if is_s3(bucket) else None
     wall = dt.datetime.now(dt.UTC)
     index = tierindex.stored(root_of(bucket, s3), s3)
     good, _bad = checked_files(bucket, "gpu_samples", scope, s3, index)
-    return samples_span(good, max(now or wall, wall) + FUTURE_MARGIN), sampling_interval(good)
+    span = samples_span(good, max(now or wall, wall) + FUTURE_MARGIN)
+    return span, host_intervals(good, s3)
 
 
 def open_bucket(

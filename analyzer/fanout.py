@@ -144,6 +144,35 @@ def merge(docs: list[FindingsDocument], bucket: str, scope: Scope) -> FindingsDo
     return out
 
 
+Overrides = dict[str, dict[str, Any]]
+
+
+def width_classes(
+    bucket: str | Path,
+    scope: Scope,
+    now: dt.datetime | None,
+    overrides: Overrides,
+    hosts: list[str],
+) -> list[tuple[Overrides, list[str]]]:
+    """``hosts`` by the bucket width their samples need (the scope's span, each host's own
+    sampling interval), with the overrides that fix it: a host sampled every 60 s must not
+    coarsen the buckets of hosts sampled every 10 s (wider buckets lose short idle
+    windows), nor a host's narrow ones lose its idle windows. One class where the width is
+    given (--param rollup.bucket_s) or the span unknown (each batch then decides)."""
+    from analyzer.bucket import scope_sampling
+    from analyzer.rollup import with_width
+
+    span, intervals = scope_sampling(bucket, scope, now)
+    by: dict[float, list[str]] = {}
+    for h in hosts:
+        width = with_width(overrides, span, intervals.get(h)).get("rollup", {}).get("bucket_s")
+        by.setdefault(float(width) if width is not None else 0.0, []).append(h)
+    return [
+        (with_width(overrides, span, max([intervals.get(h, 0.0) for h in members])), members)
+        for _w, members in sorted(by.items())
+    ]
+
+
 def analyze_fanout(
     bucket: str | Path,
     packs: list[Pack],
@@ -158,6 +187,7 @@ def analyze_fanout(
     rule_timeout: float | None = 60.0,
     unit: str = "host group",
     groups: list[list[str]] | None = None,
+    group_overrides: list[dict[str, dict[str, Any]]] | None = None,
 ) -> FindingsDocument:
     """Each task's document, merged; ``progress`` gets, per task as it ends, what its
     analysis said (prefixed "``unit`` i/n:") and a line that it is done. A task for each
@@ -176,26 +206,26 @@ def analyze_fanout(
             memory_limit=memory_limit,
             rule_timeout=rule_timeout,
         )
-    from analyzer.bucket import scope_sampling
-    from analyzer.rollup import with_width
-
-    # one bucket width for every task: the whole scope's span and sampling, not each batch's
-    overrides = with_width(overrides or {}, *scope_sampling(bucket, scope, now))
-    if groups is None:
+    if groups is None or group_overrides is None:
+        # a task's hosts share a bucket width, fixed from the whole scope, not each task's
         step = max(hosts_per_task, 1)
-        groups = [hosts[i : i + step] for i in range(0, len(hosts), step)]
+        groups, group_overrides = [], []
+        for over, members in width_classes(bucket, scope, now, overrides or {}, hosts):
+            for i in range(0, len(members), step):
+                groups.append(members[i : i + step])
+                group_overrides.append(over)
     futures = [
         executor.submit(
             _task,
             str(bucket),
             packs,
             Scope(scope.since, scope.until, g, scope.before),
-            overrides or {},
+            over,
             now,
             memory_limit,
             rule_timeout,
         )
-        for g in groups
+        for g, over in zip(groups, group_overrides, strict=True)
     ]
     docs, lost = [], []
     for i, f in enumerate(futures, 1):
@@ -272,14 +302,19 @@ def analyze_local(
 
     scope = scope or Scope()
     hosts = list_hosts(bucket, scope)
+    classes = width_classes(bucket, scope, now, overrides or {}, hosts) if hosts else []
     weights = batches.host_weights(str(bucket), scope) if len(hosts) > batch_hosts else {}
-    groups = batches.split(hosts, weights, batch_hosts)
+    groups, group_overrides = [], []
+    for over, members in classes:  # a batch's hosts share a bucket width
+        for g in batches.split(members, weights, batch_hosts):
+            groups.append(g)
+            group_overrides.append(over)
     if len(groups) <= 1:
         return analyze(
             bucket,
             packs,
             scope=scope,
-            overrides=overrides,
+            overrides=group_overrides[0] if group_overrides else overrides,
             progress=progress,
             now=now,
             memory_limit=memory_limit,
@@ -313,6 +348,7 @@ def analyze_local(
         rule_timeout=rule_timeout,
         unit="batch",
         groups=groups,
+        group_overrides=group_overrides,
     )
 
 

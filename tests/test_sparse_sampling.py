@@ -59,10 +59,10 @@ def _thinned(
     return to
 
 
-def _leaks(bucket: Path) -> tuple[set[str], dict]:
+def _leaks(bucket: Path, *extra: str) -> tuple[set[str], dict]:
     r = subprocess.run(
         [sys.executable, "-m", "leakreport", "analyze", str(bucket), "--format", "json",
-         "--fail-on", "never", "-q"],
+         "--fail-on", "never", "-q", *extra],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert r.returncode in (0, 3), r.stderr
@@ -145,3 +145,52 @@ def test_the_bucket_width_never_leaves_buckets_without_a_sample(span_h, interval
     # a width asked for with --param stays
     asked = {"rollup": {"bucket_s": 15}}
     assert rollup.with_width(asked, span_h * 3600.0, interval_s) == asked
+
+
+def _rules(doc: dict, host: str) -> list[tuple[str, str]]:
+    return sorted((f["rule_id"], f["summary"]) for f in doc["findings"] if f["host"] == host)
+
+
+def test_a_sparse_host_does_not_coarsen_the_others(dense, tmp_path) -> None:
+    """Found in the second review: one width for the whole scope, the sparsest host's,
+    made a 10 s host's buckets 120 s wide, and its idle windows (and findings) went. Each
+    host now gets the width its own samples need, in batches of one width, and a batch of
+    one host gives what one batch of all gives."""
+    mixed = _thinned(dense, tmp_path / "m", 120, hosts="fast-image-processor-leak")
+    _l, alone = _leaks(dense)
+    _l, doc = _leaks(mixed)
+    cache = "cache-warmup-00"
+    assert _rules(doc, cache) == _rules(alone, cache) and _rules(doc, cache)
+    _l, one_by_one = _leaks(mixed, "--batch-hosts", "1")
+    assert one_by_one["findings"] == doc["findings"]
+
+
+def test_footer_bounds_widened_by_gaps_are_read_from_the_data(dense, tmp_path) -> None:
+    """The footers' estimate is an upper bound: a compacted day with a late stray sample,
+    or files without gpu_index statistics, made a 30 s host look 90 s apart (or unknown),
+    and its leak read clean. Such hosts' intervals are read from their samples."""
+    from collector.writer import BucketWriter
+
+    want, _ = _leaks(dense)
+    host = "fast-image-processor-leak-00"
+    gapped = _thinned(dense, tmp_path / "g", 30)
+    (day,) = {p.name for p in (gapped / "gpu_samples").iterdir()}
+    late = dt.datetime.fromisoformat(day.removeprefix("date=") + "T23:50:00+00:00")
+    row = {"ts": late, "host": host, "gpu_index": 0, "memory_used_bytes": 1 << 30,
+           "memory_total_bytes": 80 << 30, "utilization_gpu_pct": 0.0}  # fmt: skip
+    BucketWriter(gapped, host).write("gpu_samples", [row])
+    r = subprocess.run(
+        [sys.executable, "-m", "leakreport", "compact", str(gapped), "--before", "2100-01-01"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(list((gapped / "gpu_samples").glob(f"*/host={host}/*.parquet"))) == 1
+    nostats = _thinned(dense, tmp_path / "n", 30)
+    for f in (nostats / "gpu_samples").rglob("*.parquet"):
+        t = pq.read_table(f)
+        keep = [c for c in t.column_names if c != "gpu_index"]
+        pq.write_table(t, f, write_statistics=keep)
+    for name, bucket in (("compacted", gapped), ("no statistics", nostats)):
+        leaks, doc = _leaks(bucket)
+        assert leaks == want, (name, [f["summary"] for f in doc["findings"]])
+        assert not doc["run"]["incomplete"], (name, doc["run"]["incomplete"])
