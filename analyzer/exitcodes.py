@@ -26,8 +26,8 @@ FLEET_TABLE = (
     (ERROR, "usage or input error (bad option or week, not a bucket, broken pack)"),
     (
         INCOMPLETE,
-        "page written, but the week has no data or could not be checked in full "
-        "(the page and stderr say what)",
+        "page written, but the week has no data or could not be checked in full, or a "
+        "host with leak findings the week before has none now (the page and stderr say what)",
     ),
     (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
 )

@@ -203,7 +203,7 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
         o = AnalysisOptions(
             memory_limit=opts.get("memory_limit"), batch_hosts=int(opts["batch_hosts"])
         )
-        html, _doc = fleet_page(bucket, opts.get("week", "2026-W48"), o, Kept(0))
+        html, _doc, _view = fleet_page(bucket, opts.get("week", "2026-W48"), o, Kept(0))
         out["weeks"] = [m for m in Kept.lines if m.startswith("week ")]
         out["html_kb"] = round(len(html.encode()) / 1024, 1)
         if opts.get("html_out"):

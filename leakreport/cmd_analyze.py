@@ -198,18 +198,25 @@ def fleet(bucket: str, week: str, out: str, top: int, opts: AnalysisOptions) -> 
     week = fleet_mod.week_of(start)  # as stored and titled: 2026-W48, whatever was typed
     writable_out(out)
     bucket_path(bucket)
-    html, cur = fleet_page(bucket, week, opts, console(), top=top)
+    html, cur, view = fleet_page(bucket, week, opts, console(), top=top)
     write_out(html, out)
     click.echo(str(Path(out).resolve()))
     if not cur.hosts:
         click.echo(f"leakreport: incomplete: no data for week {week} ({start} .. {end})", err=True)
         sys.exit(exitcodes.INCOMPLETE)
-    sys.exit(exit_code(cur, "never"))
+    silent = sorted({c.host for c in view.changes if c.status == "silent"})
+    for host in silent:  # leaked the week before, no data now: not checked, and said so
+        click.echo(
+            f"leakreport: incomplete: {host} had leak findings in {view.previous_week} "
+            f"and no data in {week}",
+            err=True,
+        )
+    sys.exit(exitcodes.INCOMPLETE if silent else exit_code(cur, "never"))
 
 
 def fleet_page(
     bucket: str, week: str, opts: AnalysisOptions, say: Console, *, top: int = TOP
-) -> tuple[str, Any]:
+) -> tuple[str, Any, Any]:
     """The fleet page of ``week`` (a valid ISO week) and its findings document: the
     week's and the week before's findings, stored where current, else analysed.
     ``top``: rows of each table on the page (0: every row)."""
@@ -223,7 +230,7 @@ def fleet_page(
     stamp = cur.run.generated_at
     if cur_from == "stored findings":
         stamp += " (findings stored by leakreport rollup)"
-    return render_fleet(view, generated_at=stamp, top=top or sys.maxsize), cur
+    return render_fleet(view, generated_at=stamp, top=top or sys.maxsize), cur, view
 
 
 def week_findings(

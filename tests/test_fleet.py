@@ -212,3 +212,29 @@ def test_top_caps_the_tables_and_counts_the_rest(sim_bucket, sim_doc, tmp_path) 
     assert _ranked(html) == 1
     said = re.search(r"(\d+) more leaking GPUs not listed \(<code>--top 0</code>", html)
     assert said and int(said.group(1)) == len(view.ranking) - 1
+
+
+def test_a_leaking_host_gone_silent_makes_fleet_exit_3(tmp_path) -> None:
+    """It leaked in W48 and sent nothing in W49: the page said "no leak findings in either
+    week" and fleet exited 0. Now the row says "no data this week", and the exit says it."""
+    import datetime as dt
+
+    from simulator.generate import simulate
+
+    bucket = tmp_path / "b"
+    w48, w49 = (dt.datetime(2026, 11, d, tzinfo=dt.UTC) for d in (23, 30))
+    simulate("fast-image-processor-leak", bucket, hosts=1, hours=8, seed=5, start=w48)
+    simulate("healthy-static", bucket, hosts=1, hours=8, seed=5, start=w49)
+    out = tmp_path / "fleet.html"
+    r = subprocess.run(
+        [sys.executable, "-m", "leakreport", "fleet", str(bucket), "--week", "2026-W49",
+         "--out", str(out), "-q"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert (
+        "leakreport: incomplete: fast-image-processor-leak-00 had leak findings in 2026-W48 "
+        "and no data in 2026-W49" in r.stderr
+    )
+    page = out.read_text()
+    assert "no data this week" in page and "1 leaking host of last week silent" in page
