@@ -85,6 +85,24 @@ def load_cases(path: Path, pack: str) -> list[Case]:
                 f"{path}: case {name!r} expects nothing: give {', '.join(EXPECTATIONS[:2])} "
                 f"or {EXPECTATIONS[2]}"
             )
+        for wanted in c.get("expect", []):
+            if not isinstance(wanted, dict):
+                raise ValueError(f"{path}: case {name!r}: each [[case.expect]] is a table")
+            for k, v in wanted.items():
+                if k in ("min", "max") and not isinstance(v, dict):
+                    raise ValueError(
+                        f"{path}: case {name!r}: expect {k} = {v!r}: give a table of evidence "
+                        f"bounds, {k} = {{ COLUMN = VALUE }}"
+                    )
+                if (  # peak_pct = { min = 90, maxx = 100 }: compared as a value, never equal
+                    k not in ("min", "max")
+                    and isinstance(v, dict)
+                    and any(str(b).startswith(("min", "max")) for b in v)
+                ):
+                    raise ValueError(
+                        f"{path}: case {name!r}: expect {k} = {v!r}: bounds go the other way "
+                        f"round, min = {{ {k} = ... }} and max = {{ {k} = ... }}"
+                    )
         want = c.get("expect_status")
         if want is not None and want not in STATUSES:
             raise ValueError(

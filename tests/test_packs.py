@@ -284,6 +284,16 @@ def test_the_readme_rule_and_a_pack_built_on_it_pass_their_cases(tmp_path) -> No
     assert "MY002.toml: Invalid value (at line 2" in r.stdout
     assert "MY003.toml: case 't': unknown key 'expect_cout'" in r.stdout
     assert "MY004.toml: case 'p': MY001 has no parameter 'limt_pct' (it has: limit_pct)" in r.stdout
+    # bounds written the wrong way round failed as "no finding matches", never as the typo
+    (pack / "tests" / "MY004.toml").write_text(
+        '[[case]]\nname = "b"\nexpect_count = 1\n[[case.expect]]\n'
+        "peak_pct = { min = 90, maxx = 100 }\n" + gpu.format(b=15600)
+    )
+    r = rules_test()
+    assert (
+        "MY004.toml: case 'b': expect peak_pct = {'min': 90, 'maxx': 100}: bounds go the other "
+        "way round, min = { peak_pct = ... } and max = { peak_pct = ... }" in r.stdout
+    ), r.stdout
     # a rule no case runs passed in silence
     for f in (pack / "tests").glob("MY00[234].toml"):
         f.unlink()
