@@ -109,10 +109,16 @@ def test_server_log_keeps_signatures_with_line_times(tmp_path) -> None:
     assert dated and dated[0]["ts"] == dt.datetime(2025, 11, 11, 4, 28, 30, tzinfo=dt.UTC)
 
 
-def _import_log(path: Path, bucket: Path) -> subprocess.CompletedProcess[str]:
-    args = ["import", "server-log", str(path), "--host", "h", "--bucket", str(bucket)]
+def _import(
+    kind: str, path: Path, bucket: Path, *extra: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``leakcollect import KIND PATH --host h --bucket BUCKET EXTRA...``, run as a user would."""
+    args = ["import", kind, str(path), "--host", "h", "--bucket", str(bucket), *extra]
     return subprocess.run(
-        [sys.executable, "-m", "collector.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "collector.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -127,7 +133,7 @@ def test_a_gzip_server_log_imports_as_the_plain_one_and_nothing_found_is_an_erro
     os.utime(packed, ns=(log.stat().st_atime_ns, log.stat().st_mtime_ns))  # unstamped lines' time
     want = [(r["ts"], r["text"], r["signature"]) for r in server_log(log, "h")]
     assert [(r["ts"], r["text"], r["signature"]) for r in server_log(packed, "h")] == want
-    r = _import_log(packed, tmp_path / "b")
+    r = _import("server-log", packed, tmp_path / "b")
     assert r.returncode == 0, r.stderr
     assert f"{len(want)} rows into " in r.stderr  # a file per day
     cut = tmp_path / "cut.log.gz"
@@ -138,7 +144,7 @@ def test_a_gzip_server_log_imports_as_the_plain_one_and_nothing_found_is_an_erro
     ]:
         if bad.suffix == ".log":
             bad.write_text("[2026-12-01 10:00:00] INFO: nothing to see\n")
-        r = _import_log(bad, tmp_path / "nothing")
+        r = _import("server-log", bad, tmp_path / "nothing")
         assert r.returncode == exitcodes.NOTHING, r.stderr
         assert says in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "nothing").exists()
@@ -160,23 +166,8 @@ def test_a_start_without_an_offset_is_read_in_tz(tmp_path) -> None:
         ("2026-11-23T10:00:00", None),
     ]:
         b = tmp_path / f"b{len(firsts)}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "collector.cli",
-            "import",
-            "nvidia-smi-csv",
-            str(f),
-            "--host",
-            "h",
-            "--bucket",
-            str(b),
-            "--start",
-            start,
-            "--interval",
-            "10",
-        ] + (["--tz", tz] if tz else [])
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        zone = ["--tz", tz] if tz else []
+        r = _import("nvidia-smi-csv", f, b, "--start", start, "--interval", "10", *zone)
         assert r.returncode == 0, r.stderr
         (p,) = b.rglob("gpu_samples/*/*/*.parquet")
         firsts[(start, tz)] = min(pq.read_table(p)["ts"].to_pylist())
@@ -191,47 +182,13 @@ def test_a_start_without_an_offset_is_read_in_tz(tmp_path) -> None:
 def test_cli_imports_into_the_bucket(tmp_path) -> None:
     f = tmp_path / "a.csv"
     f.write_text("\n".join(csv_blocks()[0]) + "\n")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "collector.cli",
-            "import",
-            "nvidia-smi-csv",
-            str(f),
-            "--host",
-            "h",
-            "--bucket",
-            str(tmp_path / "b"),
-            "--start",
-            "2026-01-01T00:00:00Z",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _import("nvidia-smi-csv", f, tmp_path / "b", "--start", "2026-01-01T00:00:00Z")
     assert r.returncode == 0, r.stderr
     (p,) = (tmp_path / "b" / "gpu_samples").rglob("*.parquet")
     assert pq.read_table(p).num_rows == 2
     bad = tmp_path / "bad.csv"
     bad.write_text("0, 1\n")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "collector.cli",
-            "import",
-            "nvidia-smi-csv",
-            str(bad),
-            "--host",
-            "h",
-            "--bucket",
-            str(tmp_path / "b"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _import("nvidia-smi-csv", bad, tmp_path / "b")
     assert r.returncode == exitcodes.NOTHING and "bad.csv:1:" in r.stderr
 
 
@@ -334,13 +291,7 @@ def test_an_import_that_fails_after_writing_some_chunks_says_so_and_exits_1(tmp_
     blocked = tmp_path / "b" / "gpu_samples" / "date=2026-11-04"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where the day's folder would go")
-    r = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "import", "nvidia-smi-csv", str(f)]
-        + ["--host", "h", "--bucket", str(tmp_path / "b")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _import("nvidia-smi-csv", f, tmp_path / "b", timeout=300)
     assert r.returncode == exitcodes.PARTIAL, r.stderr
     assert "100000 rows were written before it" in r.stderr and "Traceback" not in r.stderr
     kept = sum(pq.read_table(p).num_rows for p in (tmp_path / "b").rglob("*.parquet"))
