@@ -142,8 +142,7 @@ class Opened:
     readable_dirs: list[str] = field(default_factory=list)  # where the views read from
     tier: Any = None  # analyzer.tierread.TierUse when the stored rollup tier is read
     span_s: float | None = None  # device samples' time span, from the footers (None: unknown)
-    interval_s: float | None = None  # ... and how far apart they are (sampling_interval)
-    intervals: dict[str, float] = field(default_factory=dict)  # per host (host_intervals)
+    intervals: dict[str, float] = field(default_factory=dict)  # samples' interval per host
     # table -> the hosts its view has rows of, where the footers tell exactly (no row filter)
     hosts: dict[str, set[str]] = field(default_factory=dict)
     duckdb_memory: int | None = None  # bytes DuckDB may use, of --memory-limit (None: unset)
@@ -151,6 +150,11 @@ class Opened:
     # every raw file the views read: the file read (staged, for S3) -> its bucket path
     paths: dict[str, str] = field(default_factory=dict)
     unread: list[str] = field(default_factory=list)  # data in scope not analysed, and why
+
+    @property
+    def interval_s(self) -> float | None:
+        """The sparsest host's sampling interval (None: unknown)."""
+        return max(self.intervals.values()) if self.intervals else None
 
 
 def check_bucket(bucket: str | os.PathLike[str]) -> Any:
@@ -258,7 +262,6 @@ def open_checked(
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)
     out.span_s = samples_span(good["gpu_samples"], hi)
     out.intervals = host_intervals(good["gpu_samples"], s3)
-    out.interval_s = max(out.intervals.values()) if out.intervals else None
     parts: dict[str, str] = {}
     for name, spec in TABLES.items():
         files = local[name]
@@ -358,10 +361,13 @@ def host_intervals(
     def bound(host: str, v: float) -> None:
         bounds[host] = min(bounds.get(host, v), v)
 
+    def host_of(c: filecheck.FileCheck) -> str:  # the footer's, else the folder's
+        return c.host if c.host is not None else c.entry.host
+
     for c in files:
         if c.ts_min is None or c.ts_max is None or not c.gpus or not c.rows:
             continue
-        host = c.host if c.host is not None else c.entry.host
+        host = host_of(c)
         n = c.rows / c.gpus
         if n >= 2:
             bound(host, (c.ts_max - c.ts_min).total_seconds() / (n - 1))
@@ -373,11 +379,9 @@ def host_intervals(
             lo = min(c.ts_min for c in cs if c.ts_min is not None)
             hi = max(c.ts_max for c in cs if c.ts_max is not None)
             bound(host, (hi - lo).total_seconds() / (n - 1))
-    unsure = {c.host if c.host is not None else c.entry.host for c in files if c.rows} - {
-        h for h, v in bounds.items() if v <= fine_s
-    }
+    unsure = {host_of(c) for c in files if c.rows} - {h for h, v in bounds.items() if v <= fine_s}
     if unsure:
-        mine = [c for c in files if c.rows and (c.host or c.entry.host) in unsure]
+        mine = [c for c in files if c.rows and host_of(c) in unsure]
         bounds.update(_median_steps([c.entry.path for c in mine], fs))
     return bounds
 
@@ -403,12 +407,6 @@ def _median_steps(paths: list[str], fs: Any) -> dict[str, float]:
     finally:
         con.close()
     return {str(h): float(v) for h, v in rows if v is not None}
-
-
-def sampling_interval(files: list[filecheck.FileCheck], fs: Any = None) -> float | None:
-    """The sparsest host's sampling interval (:func:`host_intervals`)."""
-    got = host_intervals(files, fs)
-    return max(got.values()) if got else None
 
 
 def scope_sampling(

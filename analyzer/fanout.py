@@ -163,14 +163,12 @@ def width_classes(
     from analyzer.rollup import with_width
 
     span, intervals = scope_sampling(bucket, scope, now)
-    by: dict[float, list[str]] = {}
+    by: dict[float, tuple[Overrides, list[str]]] = {}
     for h in hosts:
-        width = with_width(overrides, span, intervals.get(h)).get("rollup", {}).get("bucket_s")
-        by.setdefault(float(width) if width is not None else 0.0, []).append(h)
-    return [
-        (with_width(overrides, span, max([intervals.get(h, 0.0) for h in members])), members)
-        for _w, members in sorted(by.items())
-    ]
+        over = with_width(overrides, span, intervals.get(h))
+        width = float(over.get("rollup", {}).get("bucket_s") or 0.0)  # 0: each batch decides
+        by.setdefault(width, (over, []))[1].append(h)
+    return [by[w] for w in sorted(by)]
 
 
 def analyze_fanout(
