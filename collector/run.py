@@ -306,7 +306,7 @@ def _write(
                 {  # when the probe wrote it, not when this run found it (up to a run later)
                     "ts": dt.datetime.fromtimestamp(st.st_mtime, dt.UTC),
                     "host": cfg.host,
-                    "pid": drained.snapshot_pids.get(snap.name, spool.snapshot_pid(snap.name)),
+                    "pid": drained.snapshot_pids[snap.name],  # the host's, where known
                     "path": where,
                     "size_bytes": st.st_size,
                 }

@@ -76,7 +76,12 @@ def _pid_key(r: dict[str, Any]) -> str:
     """A container process: its namespace, its PID there, its start (a namespace's inode
     can be handed out again once the namespace is gone)."""
     start = r.get("process_start")
-    return f"{r['pid_ns']}/{r['pid']}/{'' if start is None else round(start.timestamp(), 2)}"
+    return _pid_prefix(r) + ("" if start is None else str(round(start.timestamp(), 2)))
+
+
+def _pid_prefix(r: dict[str, Any]) -> str:
+    """The part of :func:`_pid_key` every start of that namespace and PID shares."""
+    return f"{r['pid_ns']}/{r['pid']}/"
 
 
 def host_pids(
@@ -251,7 +256,7 @@ def drain(
     host_pids(out.rows + shots, proc_root, pids)
     for f, r in zip(out.snapshots, shots, strict=True):
         if r["pid_ns"] is not None and pids:  # ended since: the newest of its records'
-            prefix = f"{r['pid_ns']}/{r['pid']}/"
+            prefix = _pid_prefix(r)
             r["pid"] = next(
                 (v for k, v in reversed(pids.items()) if k.startswith(prefix)), r["pid"]
             )
