@@ -111,6 +111,11 @@ class FleetView:
     previous_incomplete: list[str] = field(default_factory=list)  # ... and the week before's
 
     @property
+    def silent_hosts(self) -> list[str]:
+        """Hosts with leak findings the week before and no data this week."""
+        return sorted({c.host for c in self.changes if c.status == "silent"})
+
+    @property
     def soonest(self) -> list[GpuRank]:
         """GPUs with a time to OOM, soonest first."""
         return sorted(  # the host report's order (verdict_order)

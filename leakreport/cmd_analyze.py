@@ -204,7 +204,7 @@ def fleet(bucket: str, week: str, out: str, top: int, opts: AnalysisOptions) -> 
     if not cur.hosts:
         click.echo(f"leakreport: incomplete: no data for week {week} ({start} .. {end})", err=True)
         sys.exit(exitcodes.INCOMPLETE)
-    silent = sorted({c.host for c in view.changes if c.status == "silent"})
+    silent = view.silent_hosts
     for host in silent:  # leaked the week before, no data now: not checked, and said so
         click.echo(
             f"leakreport: incomplete: {host} had leak findings in {view.previous_week} "

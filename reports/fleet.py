@@ -69,7 +69,7 @@ def render_fleet(view: FleetView, *, generated_at: str = "", top: int = TOP) -> 
     """The weekly page: soonest OOMs first, then cohorts, the ranking, week over week.
     Rates and times to OOM are analyzer.verdicts.gpu_verdicts', as on the host report."""
     soonest = view.soonest
-    silent = {c.host for c in view.changes if c.status == "silent"}
+    silent = view.silent_hosts
     return (
         _env()
         .get_template("fleet.html.j2")
