@@ -140,6 +140,7 @@ def _say_if_future(scenario: str, hours: float) -> None:
     enough to run past now is analysed with its future samples quarantined, a line each."""
     import datetime as dt
 
+    from analyzer.timesanity import FUTURE_MARGIN
     from simulator.generate import DEFAULT_START
     from simulator.scenarios import SCENARIOS
 
@@ -148,10 +149,11 @@ def _say_if_future(scenario: str, hours: float) -> None:
     end = DEFAULT_START + dt.timedelta(hours=longest)
     now = dt.datetime.now(dt.UTC)
     if end > now:
+        margin = FUTURE_MARGIN.total_seconds() / 60
         err(
             f"leakreport: warning: the trace runs to {end:%Y-%m-%d %H:%M} UTC, past now "
-            f"({now:%Y-%m-%d %H:%M}); analyses quarantine samples more than 5 minutes in the "
-            f"future (give --hours {max((now - DEFAULT_START).total_seconds() // 3600, 0.1):g} "
+            f"({now:%Y-%m-%d %H:%M}); analyses quarantine samples more than {margin:g} minutes "
+            f"in the future (give --hours {max((now - DEFAULT_START).total_seconds() // 3600, 0.1):g} "
             "or less)"
         )
 
