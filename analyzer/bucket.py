@@ -29,6 +29,7 @@ import duckdb
 import pyarrow as pa
 
 from analyzer import memory, tierindex
+from analyzer.sampling import host_intervals, samples_span
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
 from analyzer.timesanity import (
@@ -281,7 +282,9 @@ def open_checked(
             sql = raw_select(con, name, files, parts[name], alike=filecheck.one_schema(good[name]))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
             if sane:
-                out.quarantined += count_quarantined(con, name, files, sane, scope)
+                lines, lost = count_quarantined(con, name, files, sane, scope)
+                out.quarantined += lines
+                out.unread += lost
     with _reading(bucket, "gpu_samples"):
         _pod_view(con, good["gpu_samples"], local["gpu_samples"], parts.get("gpu_samples", ""))
     out.hosts = footer_hosts(good, parts)
@@ -330,83 +333,6 @@ def footer_hosts(
             continue
         out[name] = {c.host for c in checks if c.rows and c.host is not None}
     return out
-
-
-def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | None:
-    """Seconds from the first to the last device sample, from the files' footers
-    (samples past ``hi`` are quarantined and do not count, nor does a file of them
-    alone); None when unknown (a file without time statistics)."""
-    if not files or any(c.ts_min is None or c.ts_max is None for c in files):
-        return None
-    now = [c for c in files if c.ts_min is not None and c.ts_min <= hi]
-    if not now:
-        return None
-    lo = min(c.ts_min for c in now if c.ts_min is not None)
-    return (max(min(c.ts_max, hi) for c in now if c.ts_max is not None) - lo).total_seconds()
-
-
-def host_intervals(
-    files: list[filecheck.FileCheck], fs: Any = None, fine_s: float = 15.0
-) -> dict[str, float]:
-    """Per host, seconds between a GPU's device samples. The footers give an upper bound
-    per file (its time range over its samples per GPU less one, gpu_index's range standing
-    for the GPUs; files of one sample per GPU, as a run that takes one writes, per
-    host-day together): a gap inside a file, a GPU's missing rows or a gap in the GPU
-    numbers only widen it. The least of a host's bounds, where it is ``fine_s`` or less;
-    else (or none) the median step between its samples, read from the data (ts, host and
-    gpu_index only: such hosts are sparse, or few)."""
-    bounds: dict[str, float] = {}
-    single: dict[tuple[str, dt.date], list[filecheck.FileCheck]] = {}
-
-    def bound(host: str, v: float) -> None:
-        bounds[host] = min(bounds.get(host, v), v)
-
-    def host_of(c: filecheck.FileCheck) -> str:  # the footer's, else the folder's
-        return c.host if c.host is not None else c.entry.host
-
-    for c in files:
-        if c.ts_min is None or c.ts_max is None or not c.gpus or not c.rows:
-            continue
-        host = host_of(c)
-        n = c.rows / c.gpus
-        if n >= 2:
-            bound(host, (c.ts_max - c.ts_min).total_seconds() / (n - 1))
-        else:
-            single.setdefault((host, c.entry.day), []).append(c)
-    for (host, _day), cs in single.items():
-        n = sum(c.rows / (c.gpus or 1) for c in cs)
-        if n >= 2:
-            lo = min(c.ts_min for c in cs if c.ts_min is not None)
-            hi = max(c.ts_max for c in cs if c.ts_max is not None)
-            bound(host, (hi - lo).total_seconds() / (n - 1))
-    unsure = {host_of(c) for c in files if c.rows} - {h for h, v in bounds.items() if v <= fine_s}
-    if unsure:
-        mine = [c for c in files if c.rows and host_of(c) in unsure]
-        bounds.update(_median_steps([c.entry.path for c in mine], fs))
-    return bounds
-
-
-def _median_steps(paths: list[str], fs: Any) -> dict[str, float]:
-    """Per host, the median step between consecutive samples of a GPU (repeats left out)."""
-    import pyarrow.parquet as pq
-
-    if not paths:
-        return {}
-    cols = ["ts", "host", "gpu_index"]
-    data = pa.concat_tables(
-        [pq.read_table(p, columns=cols, filesystem=fs).select(cols) for p in paths],
-        promote_options="permissive",
-    )
-    con = duckdb.connect()
-    try:
-        con.register("s", data)
-        rows = con.execute(
-            "SELECT host, median(d) FROM (SELECT host, epoch(ts) - lag(epoch(ts)) OVER "
-            "(PARTITION BY host, gpu_index ORDER BY ts) AS d FROM s) WHERE d > 0 GROUP BY host"
-        ).fetchall()
-    finally:
-        con.close()
-    return {str(h): float(v) for h, v in rows if v is not None}
 
 
 def scope_sampling(

@@ -12,7 +12,17 @@ from typing import Any
 
 import duckdb
 
-from analyzer import __version__, coverage, logevents, memory, pods, rollup, rowcheck, series
+from analyzer import (
+    __version__,
+    coverage,
+    logevents,
+    memory,
+    pods,
+    rollup,
+    rowcheck,
+    sampling,
+    series,
+)
 from analyzer.bucket import BucketChanged, BucketError, Scope, lock_down, open_checked, vanished
 from analyzer.findings import (
     LEFT_OUT,
@@ -35,21 +45,6 @@ from analyzer.ruleexec import (
 from collector.store import is_s3
 
 Progress = Callable[[str], None]
-
-
-def too_sparse(con: duckdb.DuckDBPyConnection, intervals: dict[str, float]) -> list[str]:
-    """Hosts whose device samples are further apart than this analysis's buckets (past the
-    widest, rollup.SPARSE_WIDTHS): a bucket without a sample ends every idle run, so
-    their idle windows cannot be told, and a leak would read clean."""
-    row = con.execute("SELECT bucket_s FROM rollup_settings").fetchone()
-    width = float(row[0]) if row else 0.0
-    return [
-        f"{host}: device samples about {iv:,.0f} s apart, wider than this analysis's "
-        f"{width:g} s buckets: its idle windows cannot be told (give --param "
-        f"rollup.bucket_s=N, N at least the interval, with --host {host})"
-        for host, iv in sorted(intervals.items())
-        if width and iv > width * rollup.JITTER
-    ]
 
 
 def analyze(
@@ -255,7 +250,7 @@ def _analyze(
                 series.fill(con, doc)
             lap("series")
         doc.run.incomplete += [f"{LEFT_OUT}{line}" for line in opened.skipped]
-        doc.run.incomplete += too_sparse(con, opened.intervals)
+        doc.run.incomplete += sampling.unserved(con, opened.intervals)
         doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined
         return doc

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from analyzer.findings import QUARANTINED
+from analyzer.findings import QUARANTINED, host_reason
 from analyzer.views import parquet, sql_str
 from collector import filecheck
 
@@ -96,19 +96,35 @@ def sane_predicate(
 
 def count_quarantined(
     con: duckdb.DuckDBPyConnection, name: str, files: list[str], sane: str, scope: Scope
-) -> list[str]:
-    """One line per host of the rows of ``files`` in scope that fail ``sane``."""
-    where = " AND ".join([*scope_predicates(scope), f"NOT {sane}"])
-    src = parquet(files)
+) -> tuple[list[str], list[str]]:
+    """One line per host of the rows of ``files`` in scope that fail ``sane``; and a reason
+    the analysis is incomplete (:func:`analyzer.findings.host_reason`) per host none of
+    whose rows pass (a clock far ahead, a wrong --tz on import): nothing of that table was
+    checked for it."""
+    where = " AND ".join(scope_predicates(scope)) or "true"
+    bad = f"FILTER (WHERE NOT {sane})"
     rows = con.execute(
-        f"SELECT host, count(*), min(ts), max(ts) FROM {src} WHERE {where} GROUP BY host ORDER BY host"
+        f"SELECT host, count(*) {bad}, min(ts) {bad}, max(ts) {bad}, count(*) FILTER (WHERE {sane}) "
+        f"FROM {parquet(files)} WHERE {where} GROUP BY host HAVING count(*) {bad} > 0 "
+        "ORDER BY host"
     ).fetchall()
-    return [
+    lines = [
         f"{h}: {n} {name}{QUARANTINED}{_iso(a)} to {_iso(b)}: more than "
         f"{int(FUTURE_MARGIN.total_seconds() // 60)} min after the analysis time or before the "
         "host's first collector run; not used for trends or thresholds"
-        for h, n, a, b in rows
+        for h, n, a, b, _ok in rows
     ]
+    lost = [
+        host_reason(
+            str(h),
+            f"all {n} of its {name} rows in scope are quarantined (stamped {_iso(a)} to "
+            f"{_iso(b)}), so none was analysed; check the host's clock, or the --tz its files "
+            "were imported with",
+        )
+        for h, n, a, b, ok in rows
+        if not ok
+    ]
+    return lines, lost
 
 
 def _iso(t: Any) -> str:

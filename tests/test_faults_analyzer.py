@@ -203,6 +203,27 @@ def test_samples_before_the_first_collector_run_are_quarantined(tmp_path) -> Non
     assert o.con.execute("SELECT count(*) FROM log_lines").fetchone() == (1,)
     (line,) = o.quarantined
     assert line.startswith("h: 1 gpu_samples row(s) quarantined")
+    assert not o.unread  # some of its samples are left: checked
+
+
+def test_a_host_whose_every_sample_is_quarantined_makes_the_run_incomplete(tmp_path) -> None:
+    """Found by a user's pass: samples imported with a wrong --tz (8 h ahead) were all
+    quarantined, and the analysis said "0 findings over 0 hosts", exit 0."""
+    ahead = dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)
+    rows = [
+        {"ts": ahead + dt.timedelta(seconds=10 * i), "host": "h", "gpu_index": 0,
+         "memory_used_bytes": 2**30, "memory_total_bytes": 16 * 2**30, "utilization_gpu_pct": 0.0}
+        for i in range(30)
+    ]  # fmt: skip
+    BucketWriter(tmp_path, "h").write("gpu_samples", rows)
+    BucketWriter(tmp_path, "ok").write(
+        "gpu_samples", [{**rows[0], "host": "ok", "ts": ahead - dt.timedelta(hours=9)}]
+    )
+    r, doc = _analyze(tmp_path)
+    assert r.returncode == 3, r.stderr
+    (reason,) = doc["run"]["incomplete"]
+    assert reason.startswith("host h: all 30 of its gpu_samples rows in scope are quarantined")
+    assert "--tz" in reason and reason in r.stderr
 
 
 HEAD = """/*---

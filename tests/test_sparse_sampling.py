@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analyzer import rollup
-from analyzer.bucket import host_intervals
+from analyzer.sampling import host_intervals
 from collector import filecheck, layout
 from simulator.generate import simulate
 
@@ -101,14 +102,16 @@ def test_a_sparse_host_is_found_however_its_files_come(dense, tmp_path) -> None:
     for name, bucket in cases.items():
         leaks, doc = _leaks(bucket)
         assert leaks == want, (name, [f["summary"] for f in doc["findings"]])
-        assert not doc["run"]["incomplete"], (name, doc["run"]["incomplete"])
+        # the host whose every sample lies in the future is named, nothing else
+        said = [r.split(" rows ")[0] for r in doc["run"]["incomplete"]]
+        assert said == (["host skewed-01: all 3 of its gpu_samples"] if name == "future" else [])
 
 
 def test_a_host_sampled_sparser_than_the_widest_bucket_is_named(dense, tmp_path) -> None:
     thin = _thinned(dense, tmp_path / "thin", 600, hosts="fast-image-processor-leak")
     _found, doc = _leaks(thin)
     assert doc["run"]["incomplete"] == [
-        "fast-image-processor-leak-00: device samples about 600 s apart, wider than this "
+        "host fast-image-processor-leak-00: device samples about 600 s apart, wider than this "
         "analysis's 300 s buckets: its idle windows cannot be told (give --param "
         "rollup.bucket_s=N, N at least the interval, with --host fast-image-processor-leak-00)"
     ]
@@ -194,3 +197,54 @@ def test_footer_bounds_widened_by_gaps_are_read_from_the_data(dense, tmp_path) -
         leaks, doc = _leaks(bucket)
         assert leaks == want, (name, [f["summary"] for f in doc["findings"]])
         assert not doc["run"]["incomplete"], (name, doc["run"]["incomplete"])
+
+
+def _hours_edited(dense: Path, to: Path, keep: Callable[[int], bool]) -> Path:
+    """The bucket with the leak host's device samples kept where ``keep`` (of the
+    sample's epoch second) is true."""
+    shutil.copytree(dense, to)
+    for f in (to / "gpu_samples").glob("*/host=fast-image-processor-leak*/*.parquet"):
+        t = pq.read_table(f)
+        mask = pa.array([keep(v) for v in _secs(t).to_pylist()])
+        pq.write_table(t.filter(mask), f)
+    return to
+
+
+def _hour(s: int) -> int:
+    return s % 86400 // 3600
+
+
+def test_hours_sampled_sparser_than_the_rest_of_a_host_are_named(dense, tmp_path) -> None:
+    """A host's width follows its densest samples: hours of it sampled 60 s apart (an
+    nvidia-smi log beside the collector, an interval changed) had 15 s buckets, no idle
+    window, and their leak or lifetimes went unseen, exit 0. Such hours are now named,
+    with the width that serves them, and the run is incomplete."""
+    host = "fast-image-processor-leak-00"
+    mixed = _hours_edited(dense, tmp_path / "m", lambda s: _hour(s) < 4 or s % 60 == 0)
+    _l, doc = _leaks(mixed)
+    (day,) = {p.name.removeprefix("date=") for p in (mixed / "gpu_samples").iterdir()}
+    assert doc["run"]["incomplete"] == [
+        f"host {host}: device samples about 60 s apart for 4 h ({day} 04:00 to 08:00 UTC), "
+        "further apart than this analysis's 15 s buckets: no idle window could be told in "
+        "those hours, so a leak there would read clean (analyse them with "
+        f"--host {host} --param rollup.bucket_s=60)"
+    ]
+    _l, served = _leaks(mixed, "--host", host, "--param", "rollup.bucket_s=60")
+    assert not served["run"]["incomplete"], served["run"]["incomplete"]
+    assert "GM001" in {rule for rule, _ in _rules(served, host)}
+    twenty = _hours_edited(dense, tmp_path / "t", lambda s: _hour(s) not in (5, 6) or s % 20 == 0)
+    _l, doc = _leaks(twenty)
+    (line,) = doc["run"]["incomplete"]
+    assert "about 20 s apart for 2 h" in line and "05:00 to 07:00" in line, line
+    assert line.endswith("rollup.bucket_s=20)"), line
+
+
+def test_gaps_that_leave_the_idle_runs_whole_are_not_named(dense, tmp_path) -> None:
+    """False positives: an outage of the collector is one long step, and a sample missed
+    now and then (every third minute's last) leaves most steps whole."""
+    outage = _hours_edited(dense, tmp_path / "o", lambda s: _hour(s) not in (3, 4))
+    missed = _hours_edited(dense, tmp_path / "x", lambda s: s % 180 != 170)
+    for name, bucket in (("outage", outage), ("missed", missed)):
+        _l, doc = _leaks(bucket)
+        assert not doc["run"]["incomplete"], (name, doc["run"]["incomplete"])
+        assert "GM001" in {r for r, _ in _rules(doc, "fast-image-processor-leak-00")}, name
