@@ -62,6 +62,26 @@ def _write(
         click.echo(f"{before + len(rows)} rows into {n_files} of {table}", err=True)
 
 
+def _record_run(bucket: str, host: str, kind: str, first: dt.datetime | None, rows: int) -> None:
+    """A ``collector_runs`` row for an import of device samples, stamped at its first
+    sample: the analysis quarantines samples stamped before a host's first collector run
+    (a clock that went back), and history imported before the collector ran is not that.
+    An import of /metrics history writes one the same way (promimport)."""
+    if first is None or not rows:
+        return
+    now = dt.datetime.now(dt.UTC)
+    run = {"ts": first, "run_id": f"import {kind} {now:%Y%m%dT%H%M%S.%fZ}", "source": f"import:{kind}",
+           "status": "ok", "rows": rows, "finished": now}  # fmt: skip
+    _store(bucket, host, "collector_runs", [run], rows)
+
+
+def _first(rows: list[dict[str, Any]], first: dt.datetime | None = None) -> dt.datetime | None:
+    return min(
+        [r["ts"] for r in rows if r.get("ts") is not None] + ([first] if first else []),
+        default=None,
+    )
+
+
 _HOST = click.option(
     "--host", required=True, help="Host name the rows belong to (the bucket's host= partition)."
 )
@@ -128,9 +148,11 @@ def import_smi(
     from collector.importers import ImportError_, read_nvidia_smi_csv, zone
 
     files: list[str] = []  # written a chunk at a time while the file is read
+    first: list[dt.datetime | None] = [None]
 
     def flush(rows: list[dict[str, Any]], before: int) -> None:
         files.extend(_store(bucket, host, "gpu_samples", rows, before))
+        first[0] = _first(rows, first[0])
 
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
@@ -146,6 +168,8 @@ def import_smi(
         _die(f"{file}: no nvidia-smi rows found")
     _write(bucket, host, "gpu_samples", got.rows, got.written, files)
     _write(bucket, host, "gpu_processes", got.processes)
+    n = got.written + len(got.rows) + len(got.processes)
+    _record_run(bucket, host, "nvidia-smi-csv", _first(got.rows + got.processes, first[0]), n)
 
 
 @import_.command("gpu-memory-log")
@@ -175,6 +199,7 @@ def import_memlog(
     if not got.rows:
         _die(f"{file}: no memory samples found")
     _write(bucket, host, "gpu_samples", got.rows)
+    _record_run(bucket, host, "gpu-memory-log", _first(got.rows), len(got.rows))
 
 
 @import_.command("server-log")

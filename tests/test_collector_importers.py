@@ -296,3 +296,34 @@ def test_an_import_that_fails_after_writing_some_chunks_says_so_and_exits_1(tmp_
     assert "100000 rows were written before it" in r.stderr and "Traceback" not in r.stderr
     kept = sum(pq.read_table(p).num_rows for p in (tmp_path / "b").rglob("*.parquet"))
     assert 100_000 <= kept < 110_000
+
+
+def test_history_imported_before_the_collector_ran_is_not_quarantined(tmp_path) -> None:
+    """The README's upgrade path, found by a user's pass: a host's nvidia-smi log imported,
+    then `leakcollect run` started on it. Device samples stamped before a host's first
+    collector run are quarantined (a clock that went back), so every imported sample was,
+    and the leak in them read "no findings", exit 0. An import now records a run stamped
+    at its first sample."""
+    from analyzer.bucket import Scope, open_checked
+    from collector.writer import BucketWriter
+
+    bucket = tmp_path / "b"
+    f = tmp_path / "smi.csv"
+    f.write_text(PASTE)
+    assert _import("nvidia-smi-csv", f, bucket).returncode == 0
+    mem = tmp_path / "mem.log"
+    mem.write_text("2026-11-22 08:00:00 1000\n2026-11-22 08:00:10 1010\n")
+    assert _import("gpu-memory-log", mem, bucket, "--gpu", "3").returncode == 0
+    later = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC)  # the collector's first run
+    run = {"ts": later, "run_id": "r1", "source": "nvml", "status": "ok", "finished": later}
+    BucketWriter(bucket, "h").write("collector_runs", [run])
+    o = open_checked(bucket, Scope(), now=later + dt.timedelta(hours=1))
+    assert not o.quarantined and not o.unread, (o.quarantined, o.unread)
+    assert o.con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (6,)
+    runs = o.con.execute(
+        "SELECT source, ts, rows FROM collector_runs WHERE source LIKE 'import:%' ORDER BY ts"
+    ).fetchall()
+    assert [(s, t.astimezone(dt.UTC), n) for s, t, n in runs] == [
+        ("import:gpu-memory-log", dt.datetime(2026, 11, 22, 8, tzinfo=dt.UTC), 2),
+        ("import:nvidia-smi-csv", dt.datetime(2026, 11, 23, 9, 0, 0, 101000, tzinfo=dt.UTC), 6),
+    ]
