@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from collector import logsig
+from collector import logbackdate, logsig
 from collector.atomic import write_atomic
 from collector.logrotation import FP_BYTES, Gen, Snap, data_at, snapshot
 from collector.logrotation import head as _head
@@ -267,6 +267,7 @@ def tail(
     that a run repeated after a crash labels its rows as the first one did.
     """
     res = TailResult(path)
+    first = cursor is None  # never read before: what it holds was written before now
     end = deadline if deadline is not None else math.inf
     rd = _Reader(res, now, host, max_bytes, end, labels if labels is not None else {})
     target = os.path.realpath(path) if os.path.islink(path) else None
@@ -277,7 +278,7 @@ def tail(
             _behind(rd, path, "the file it pointed to before and the new one")
             return res
         cursor = None  # the new file is read from its start
-    res = _tail(rd, path, cursor)
+    res = _tail(rd, path, cursor, first)
     if target and res.cursor is not None:
         res.cursor["target"] = target
     return res
@@ -305,7 +306,7 @@ def _finish_moved(rd: _Reader, path: str, cur: Cursor) -> Cursor | None:
         return None if done else {**_stamp(f, pos), "target": old}
 
 
-def _tail(rd: _Reader, path: str, cursor: Cursor | None) -> TailResult:
+def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) -> TailResult:
     res = rd.res
     with contextlib.ExitStack() as stack:
         snap = snapshot(path, stack)
@@ -344,6 +345,8 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None) -> TailResult:
             res.cursor = _cursor(st.st_ino, snap.head[: min(size, FP_BYTES)], start)
         else:
             res.cursor = _stamp(f, pos)
+            if first and start == 0:  # lines written before the collector was there
+                logbackdate.backdate(res.rows[kept:], f, rd.now)
         if not res.cursor["fp_len"]:
             res.cursor["t"] = time.time()
         if watch:

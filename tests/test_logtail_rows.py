@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 
 from collector.logtail import MAX_LINE, load_cursors, save_cursors, tail
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+STAMPED = dt.datetime(2025, 11, 11, 4, 28, 30, tzinfo=dt.UTC)  # BATCH's time
 BATCH = "[2025-11-11 04:28:30] Decode batch, #running-req: {n}, #token: 1, token usage: 0.04, gen throughput (token/s): 1.0, #queue-req: 0"
 
 
@@ -24,11 +26,13 @@ def test_rows_carry_every_field(tmp_path) -> None:
         BATCH.format(n=4).encode() + b" X\r\n",
     ]
     log.write_bytes(b"".join(lines))
+    os.utime(log, (STAMPED.timestamp(), STAMPED.timestamp()))  # its last write: the last line's
     res = tail(str(log), None, NOW, "node-1")
     assert res.lines == 6 and res.unmatched == 2 and len(res.rows) == 4
     first, second, third, fourth = res.rows
     assert third["text"] == BATCH.format(n=3) + " \t" and fourth["text"] == BATCH.format(n=4) + " X"
-    assert first["ts"] == NOW and first["host"] == "node-1" and first["file"] == str(log)
+    # read at its first read: the time it states (logbackdate), not the read's
+    assert first["ts"] == STAMPED and first["host"] == "node-1" and first["file"] == str(log)
     assert first["inode"] == log.stat().st_ino and first["offset"] == 0
     assert first["text"] == BATCH.format(n=1) and first["signature"] == "batch_stats"
     assert first["truncated"] is False
@@ -150,3 +154,45 @@ def test_the_note_names_every_compressed_rotation_or_none(tmp_path) -> None:
         f"{log} was rotated and its old file (inode {cur['inode']}) is not among the rotated "
         f"names (compressed, not read: server.log.1.gz, server.log.2.gz): {lost}"
     ]
+
+
+def _log(path, lines: list[str], last_write: dt.datetime) -> None:
+    path.write_text("".join(f"{x}\n" for x in lines))
+    os.utime(path, (last_write.timestamp(), last_write.timestamp()))
+
+
+def test_lines_a_log_held_before_its_first_read_take_the_times_they_state(tmp_path) -> None:
+    """Found by a user's pass: the collector's first run on a server's log stamped every
+    line already in it with the run's time, so a two-day-old out-of-memory error read as
+    one at the install (OE001 critical, now). Naive stamps are read in the zone the
+    file's last write shows (here UTC+08:00); a line stating no time takes the one
+    before it; none goes past the read; lines written after the first read keep the
+    read time."""
+    log = tmp_path / "server.log"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 38.00 MiB."
+    _log(
+        log,
+        [
+            "[2025-12-30 08:00:00] ServerArgs(model_path='m', tp_size=1)",
+            "[2025-12-30 09:00:00] " + oom,
+            oom,  # no stamp of its own
+            BATCH.replace("2025-11-11 04:28:30", "2025-12-31 19:55:00").format(n=1),
+        ],
+        last_write=dt.datetime(2025, 12, 31, 11, 55, tzinfo=dt.UTC),  # 19:55 at UTC+08:00
+    )
+    res = tail(str(log), None, NOW, "h")
+    got = [(r["signature"], r["ts"]) for r in res.rows]
+    at = lambda *a: dt.datetime(*a, tzinfo=dt.UTC)  # noqa: E731
+    assert got == [
+        ("server_args", at(2025, 12, 30, 0)),
+        ("oom", at(2025, 12, 30, 1)),
+        ("oom", at(2025, 12, 30, 1)),
+        ("batch_stats", at(2025, 12, 31, 11, 55)),
+    ]
+    with log.open("a") as f:  # written while watched: stamped when read
+        f.write(BATCH.format(n=2) + "\n")
+    res = tail(str(log), res.cursor, NOW, "h")
+    assert [r["ts"] for r in res.rows] == [NOW]
+    ahead = tmp_path / "ahead.log"  # a stamp past the read: put at the read
+    _log(ahead, [BATCH.replace("2025-11-11", "2027-01-01").format(n=1)], NOW)
+    assert [r["ts"] for r in tail(str(ahead), None, NOW, "h").rows] == [NOW]
