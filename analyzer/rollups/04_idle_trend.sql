@@ -1,17 +1,25 @@
 -- Idle-baseline trend per GPU and process lifetime (segment: the lifetime's id,
 -- unique per GPU; pid: its process, NULL where inferred or none): robust
 -- (Theil-Sen, bounded) slope, growth in the early and late halves of its time (saturation test),
--- and the share of window-to-window steps that rose.
+-- and the share of window-to-window steps that rose (see w).
 CREATE OR REPLACE TABLE idle_trend AS
-WITH w AS (
+-- A step is from one window to the one g later: g = 1 while a lifetime has at most 64
+-- windows, past that n / 64 (rounded up), so that a slow leak over many windows (30 MiB/h
+-- with a window every 5 min rises 2.5 MiB a step, under the noise) is still seen rising.
+WITH w0 AS (
     SELECT *,
            (epoch(start) + epoch("end")) / 2 AS t,
            row_number() OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS k,
            count(*) OVER (PARTITION BY host, gpu_index, segment) AS n,
            (min(epoch(start)) OVER (PARTITION BY host, gpu_index, segment)
-            + max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)) / 2 AS t_mid,
-           baseline - lag(baseline) OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS step
+            + max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)) / 2 AS t_mid
     FROM idle_windows
+),
+w AS (
+    SELECT *,
+           baseline - lag(baseline, g) OVER (PARTITION BY host, gpu_index, segment ORDER BY start)
+               AS step
+    FROM (SELECT *, CAST(greatest(1, ceil(n / 64)) AS BIGINT) AS g FROM w0)
 ),
 -- Theil-Sen over every pair of windows while a lifetime has at most 64 of them,
 -- past that, the pairs at 32 fixed offsets spread over the lifetime (from the next
@@ -58,7 +66,7 @@ agg AS (
            -- idle windows can be unevenly spaced, and a straight line must not look levelled off)
            -- (of two equally near, the earlier)
            arg_min(baseline, (abs(t - t_mid), k)) AS mid_baseline,
-           count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - 1, 1) AS up_fraction,
+           count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - max(g), 1) AS up_fraction,
            max(total) AS total,
            arg_min(kv_idle, k) AS first_kv_idle,
            arg_max(kv_idle, k) AS last_kv_idle,
