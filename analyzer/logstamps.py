@@ -29,12 +29,35 @@ def to_utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
         return aware
     naive = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
     if tz != "UTC":
-        naive = naive.dt.replace_time_zone(
-            tz, ambiguous="earliest", non_existent="null"
-        ).dt.convert_time_zone("UTC")
+        first, second = (
+            naive.dt.replace_time_zone(tz, ambiguous=a, non_existent="null").dt.convert_time_zone(
+                "UTC"
+            )
+            for a in ("earliest", "latest")
+        )
+        naive = _second_pass(first, second)
     else:
         naive = naive.dt.replace_time_zone("UTC")
     return pl.when(offset.is_not_null()).then(aware).otherwise(naive)
+
+
+# a step back further than this, to a wall time the zone shows twice, is the hour a clock
+# is set back; smaller ones are ranks printing out of order
+FOLD_STEP = pl.duration(minutes=5)
+
+
+def _second_pass(first: pl.Expr, second: pl.Expr) -> pl.Expr:
+    """Of a wall time the zone shows twice (the hour a daylight-saving clock is set back),
+    the first, or the second where it reads earlier than a line before it: the log went
+    on through that hour and wrote its times again. In line order; the latest time so far
+    is taken twice, the second time over the first pass's choices, so that the whole
+    repeated hour, not only its start, reads as the second."""
+
+    def pick(latest: pl.Expr) -> pl.Expr:
+        back = first < latest.cum_max().shift(1) - FOLD_STEP
+        return pl.when((first != second) & back).then(second).otherwise(first)
+
+    return pick(pick(first))
 
 
 def stamps(ev: pl.DataFrame, year: int | None) -> pl.DataFrame:

@@ -111,6 +111,21 @@ def _when(year: int, md: tuple[int, int, dt.time], tz: dt.tzinfo) -> dt.datetime
     return dt.datetime.combine(dt.date(year, month, day), md[2], tz)
 
 
+# a step back further than this, to a wall time the zone shows twice, is the hour a clock
+# is set back; smaller ones are ranks printing out of order
+FOLD_STEP = dt.timedelta(minutes=5)
+
+
+def _second_pass(when: dt.datetime, latest: dt.datetime | None, tz: dt.tzinfo) -> dt.datetime:
+    """``when`` (UTC, a naive stamp read as the first of a wall time the zone shows twice),
+    or the second, where it reads earlier than a line before it: the log went on through
+    the hour a daylight-saving clock is set back, and wrote that hour's times again."""
+    if latest is None or latest - when <= FOLD_STEP:
+        return when
+    alt = when.astimezone(tz).replace(fold=1).astimezone(dt.UTC)
+    return alt if alt > when and alt >= latest - FOLD_STEP else when
+
+
 def _secs(t: dt.time) -> int:
     return t.hour * 3600 + t.minute * 60 + t.second
 
@@ -132,6 +147,7 @@ def server_log(
     dates, years = _Dates(), _Years()
     rows: list[dict[str, Any]] = []
     offset, last = 0, None  # last: the time of the last stamped line (or its date-less form)
+    latest: dt.datetime | None = None  # the latest full stamp so far
     with logsig.open_log(p) as f:
         for raw in f:
             text = raw[: logsig.MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
@@ -141,6 +157,9 @@ def server_log(
                 when = ("y", years.add(when))
             elif when is None and (tod := time_of_day(text)) is not None:
                 when = ("d", dates.add(tod))
+            elif when is not None:
+                when = _second_pass(when, latest, zone_)
+                latest = max(latest or when, when)
             last = when or last
             sig = matcher.match(text)
             if sig is not None:

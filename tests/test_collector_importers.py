@@ -327,3 +327,38 @@ def test_history_imported_before_the_collector_ran_is_not_quarantined(tmp_path) 
         ("import:gpu-memory-log", dt.datetime(2026, 11, 22, 8, tzinfo=dt.UTC), 2),
         ("import:nvidia-smi-csv", dt.datetime(2026, 11, 23, 9, 0, 0, 101000, tzinfo=dt.UTC), 6),
     ]
+
+
+def _fall_back_log(path: Path) -> list[dt.datetime]:
+    """A server log in New York wall time every 10 min through the night the clocks went
+    back (2026-11-01: 01:00-01:59 twice); the true times."""
+    from zoneinfo import ZoneInfo
+
+    ny = ZoneInfo("America/New_York")
+    truth = [
+        dt.datetime(2026, 11, 1, 4, tzinfo=dt.UTC) + dt.timedelta(minutes=10 * k) for k in range(25)
+    ]
+    lines = [
+        f"[{t.astimezone(ny):%Y-%m-%d %H:%M:%S}] Decode batch, #running-req: 1, #token: 1, "
+        "token usage: 0.05, gen throughput (token/s): 1.0, #queue-req: 0"
+        for t in truth
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return truth
+
+
+def test_a_log_through_the_night_clocks_go_back_keeps_its_order(tmp_path) -> None:
+    """Found by a user's pass: the repeated hour's second pass was read as the first, an
+    hour early, so an out-of-memory error and a restart in it moved, and a lifetime's
+    leak was lost. A wall time shown twice that reads earlier than a line before it is
+    the second. Both the import and `leakreport logs parse`."""
+    import polars as pl
+
+    from analyzer.logparse import parse_frame
+
+    f = tmp_path / "ny.log"
+    truth = _fall_back_log(f)
+    rows = server_log(f, "h", tz="America/New_York")
+    assert [r["ts"] for r in rows] == truth
+    parsed = parse_frame(pl.Series(f.read_text().splitlines()), tz="America/New_York")
+    assert parsed["ts"].to_list() == [f"{t:%Y-%m-%dT%H:%M:%S}" for t in truth]
