@@ -109,6 +109,20 @@ def _data_ends(doc: FindingsDocument) -> dict[tuple[str, int | None], float | No
     return out
 
 
+RECENT_S = 1800.0  # as OF001's recent_minutes: the peak a forecast counts from
+
+
+def _recent_peak_mib(doc: FindingsDocument, host: str, gpu: int) -> float | None:
+    """The GPU's peak memory over its last half hour of samples, from its chart series
+    (which keeps peaks); None without one."""
+    s = next((s for s in doc.series if s.host == host and s.gpu == gpu), None)
+    end = s.data_end if s is not None else None
+    if s is None or end is None:
+        return None
+    recent = [u for t, u in zip(s.t, s.used_max, strict=False) if t >= end - RECENT_S]
+    return max(recent) / 2**20 if recent else None
+
+
 def _verdict(
     host: str, gpu: int | None, idx: list[int], doc: FindingsDocument, end: float | None
 ) -> GpuVerdict:
@@ -128,10 +142,14 @@ def _verdict(
     if "OF001" in by_rule and _num(by_rule["OF001"].evidence.get("hours_to_oom")) is not None:
         hours, oom_rule = _num(by_rule["OF001"].evidence["hours_to_oom"]), "OF001"
     elif rate and rate > 0:
-        # beyond the forecast rule's window: the same arithmetic on the rules' own figures
+        # beyond the forecast rule's window: the same arithmetic on the rules' own figures,
+        # from the peak (the idle baseline leaves out the working set: a forecast late by
+        # the working set over the rate, 10 h at 2000 MiB and 200 MiB/h)
         for rule, used in (("MT001", "recent_peak_mib"), ("GM001", "last_idle_mib")):
             ev = by_rule[rule].evidence if rule in by_rule else {}
             total, now = _num(ev.get("total_mib")), _num(ev.get(used))
+            if rule == "GM001" and gpu is not None:
+                now = max(now or 0.0, _recent_peak_mib(doc, host, gpu) or 0.0) or now
             if total is not None and now is not None:
                 hours, oom_rule = round(max(total - now, 0.0) / rate, 2), rule
                 break

@@ -194,3 +194,19 @@ def test_data_without_gpu_samples_is_not_called_no_data() -> None:
     doc.run.incomplete = ["file left out: /b/gpu_samples/date=2026-11-30/host=a/f.parquet: x"]
     cls, line = _verdict(render_report(doc, generated_at=FIXED))
     assert "The analysis is incomplete: 1 thing could not be checked" in line, line
+
+
+def test_the_oom_estimate_past_the_forecast_counts_from_the_peak_not_the_idle_baseline() -> None:
+    """Found by a user's pass: where only GM001 fired (an OOM beyond OF001's window), the
+    pages counted from the idle baseline and put the OOM late by the working set over the
+    rate: 40 GiB peak, 38 GiB idle, 80 GiB total, 200 MiB/h gives 204.8 h, not 215 h."""
+    from analyzer.verdicts import gpu_verdicts
+
+    gm = _finding("GM001", "leak.gpu", "warning", "h", rate_mib_per_h=200.0,
+                  last_idle_mib=38 * 1024.0, total_mib=80 * 1024.0)  # fmt: skip
+    (v,) = gpu_verdicts(_doc(["h"], [gm]))
+    assert (v.oom_rule, v.hours_to_oom) == ("GM001", 204.8)
+    bare = _doc(["h"], [gm])
+    bare.series = []  # no chart series: the idle baseline is all there is
+    (v,) = gpu_verdicts(bare)
+    assert v.hours_to_oom == 215.04
