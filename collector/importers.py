@@ -113,6 +113,22 @@ class Imported:
     skipped_examples: list[str] = field(default_factory=list)
     note: str = ""  # how rows were placed in time, where the file did not say
     written: int = 0  # rows already handed on (and gone from ``rows``) while reading
+    steps_back: int = 0  # a GPU's sample stamped before its previous one (a clock step)
+    first_step_back: str = ""  # where, and by how much
+    repeated: int = 0  # a GPU's sample stamped as its previous one
+
+    def stamped(self, path: str | os.PathLike[str], line: int, ts: Any, prev: Any) -> None:
+        """Note a GPU sample at ``ts`` whose previous one was at ``prev``."""
+        if not isinstance(ts, dt.datetime) or not isinstance(prev, dt.datetime):
+            return
+        if ts == prev:
+            self.repeated += 1
+        elif ts < prev - dt.timedelta(seconds=1):
+            self.steps_back += 1
+            if not self.first_step_back:
+                back = (prev - ts).total_seconds()
+                by = f"{back / 60:,.0f} min" if back >= 120 else f"{back:,.0f} s"
+                self.first_step_back = f"{path}:{line}, by {by}"
 
     def skip(self, path: str | os.PathLike[str], line: int, why: str) -> None:
         self.skipped += 1
@@ -125,6 +141,14 @@ class Imported:
         text += f" ({self.note})" if self.note else ""
         if self.processes:
             text += f" and {len(self.processes)} process rows"
+        if self.steps_back:
+            text += (
+                f"; the time went back ({self.steps_back} rows, first at "
+                f"{self.first_step_back}): a clock step? Samples are read at the times "
+                "they state, so a rate across it is off"
+            )
+        if self.repeated:
+            text += f"; {self.repeated} samples repeat the one before (read once)"
         if self.skipped:
             text += f"; skipped {self.skipped} lines (" + "; ".join(self.skipped_examples)
             text += ", ..." if self.skipped > len(self.skipped_examples) else ""
@@ -232,6 +256,7 @@ def read_nvidia_smi_csv(
     local = LocalTimes(zone_)
     sample, position = -1, 0
     seen_in_sample: set[int] = set()
+    previous: dict[int, Any] = {}  # each GPU's last stated time
     first_error: ImportError_ | None = None
     last_ts: dt.datetime | None = None
     pending: list[dict[str, Any]] = []
@@ -290,6 +315,9 @@ def read_nvidia_smi_csv(
                 rec["ts"] = t0 + dt.timedelta(seconds=interval * sample)
                 if start is None:
                     placed.append(rec)
+            else:
+                out.stamped(path, n, rec["ts"], previous.get(idx))
+                previous[idx] = rec["ts"]
             last_ts = rec["ts"]
             if (
                 rec.get("memory_free_bytes") is None

@@ -362,3 +362,18 @@ def test_a_log_through_the_night_clocks_go_back_keeps_its_order(tmp_path) -> Non
     assert [r["ts"] for r in rows] == truth
     parsed = parse_frame(pl.Series(f.read_text().splitlines()), tz="America/New_York")
     assert parsed["ts"].to_list() == [f"{t:%Y-%m-%dT%H:%M:%S}" for t in truth]
+
+
+def test_a_clock_step_and_repeated_samples_are_said(tmp_path) -> None:
+    """Found by a user's pass: a log whose clock stepped back an hour skewed the leak
+    rate 12 %, and the import said only "kept 8640 rows"."""
+    head = "timestamp, index, memory.used [MiB], memory.total [MiB]\n"
+    times = ["09:00:00", "09:00:10", "09:00:10", "08:00:20", "08:00:30"]
+    f = tmp_path / "step.csv"
+    f.write_text(head + "".join(f"2026/11/23 {t}.000, 0, 100 MiB, 1000 MiB\n" for t in times))
+    got = read_nvidia_smi_csv(f, "h")
+    said = got.summary()
+    assert f"the time went back (1 rows, first at {f}:5, by 60 min)" in said, said
+    assert "1 samples repeat the one before (read once)" in said, said
+    r = _import("nvidia-smi-csv", f, tmp_path / "b")
+    assert r.returncode == 0 and "the time went back" in r.stderr, r.stderr
