@@ -198,6 +198,13 @@ def fill_allocator(con: duckdb.DuckDBPyConnection, doc: FindingsDocument) -> Non
 
 STALE_MINUTES = 10
 STOPPED = "stopped reporting at"
+OLD_DATA = "This forecast counts from its last sample, at"
+OLD_AFTER = dt.timedelta(hours=1)  # data older than this at the analysis: its forecast is dated
+
+
+def _ago(d: dt.timedelta) -> str:
+    h = d.total_seconds() / 3600
+    return f"{h:.0f} h" if h < 48 else f"{h / 24:.0f} days"
 
 
 def stale_hosts(doc: FindingsDocument) -> list[str]:
@@ -226,11 +233,16 @@ def date_stale_forecasts(doc: FindingsDocument) -> None:
     again (the fan-out marks the merged document with the whole fleet's view)."""
     stale = {g.split(": ", 1)[0] for g in stale_hosts(doc)}
     ends = {h.host: h.last_ts for h in doc.hosts if h.last_ts}
+    made = _when(doc.run.generated_at) if doc.run.generated_at else None
     for f in doc.findings:
         if f.category != "oom.forecast":
             continue
         mark = f" {f.host} {STOPPED} "
-        f.summary = f.summary.split(mark, 1)[0]
+        f.summary = f.summary.split(mark, 1)[0].split(f" {OLD_DATA} ", 1)[0]
+        end = ends.get(f.host)
+        if f.host not in stale and end and made and made - _when(end) > OLD_AFTER:
+            # old data: "in about 36 min" must not read as from now
+            f.summary += f" {OLD_DATA} {end}, {_ago(made - _when(end))} before this analysis."
         if f.host in stale:
             fleet_end = max(ends.values())
             past = f.end is not None and _when(f.end) <= _when(fleet_end)

@@ -4,6 +4,7 @@ one-process analysis and the fan-out over host batches agree."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from analyzer.fanout import analyze_local
 from analyzer.findings import FindingsDocument
 from analyzer.packs import load_packs
 from analyzer.runner import analyze
-from analyzer.series import STOPPED
+from analyzer.series import OLD_DATA, STOPPED
 from simulator.generate import simulate
 
 LEAK = "fast-image-processor-leak-00"
@@ -48,9 +49,24 @@ def test_the_forecast_of_a_silent_host_says_it_is_past(fleet: Path) -> None:
 
 
 def test_a_host_still_reporting_keeps_its_plain_forecast(fleet: Path) -> None:
-    doc = analyze(fleet, load_packs(), scope=Scope(hosts=[LEAK]))  # alone: nobody reports longer
+    alone = Scope(hosts=[LEAK])  # alone: nobody reports longer
+    last = next(h.last_ts for h in analyze(fleet, load_packs(), scope=alone).hosts)
+    assert last is not None
+    now = dt.datetime.fromisoformat(last.replace("Z", "+00:00")) + dt.timedelta(minutes=2)
+    doc = analyze(fleet, load_packs(), scope=alone, now=now)
     (summary,) = _forecasts(doc, LEAK)
     assert STOPPED not in summary and summary.endswith("used).")
+
+
+def test_a_forecast_on_old_data_says_from_when_it_counts(fleet: Path) -> None:
+    """Found by a user's pass: on a trace of last week, "will run out of memory in about
+    36 min" read as from now."""
+    alone = Scope(hosts=[LEAK])
+    last = next(h.last_ts for h in analyze(fleet, load_packs(), scope=alone).hosts)
+    assert last is not None
+    now = dt.datetime.fromisoformat(last.replace("Z", "+00:00")) + dt.timedelta(days=3, hours=1)
+    (summary,) = _forecasts(analyze(fleet, load_packs(), scope=alone, now=now), LEAK)
+    assert summary.endswith(f"used). {OLD_DATA} {last}, 3 days before this analysis.")
 
 
 def test_a_forecast_still_ahead_says_only_from_when(tmp_path: Path) -> None:
