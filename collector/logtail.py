@@ -149,6 +149,7 @@ class _Reader:
         labels: dict[str, int],
     ):
         self.res, self.now, self.host = res, now, host
+        self.backlog: logbackdate.Backlog | None = None  # of the file being read, if any
         self.budget, self.deadline, self.labels = budget, deadline, labels
 
     def out_of_time(self) -> bool:
@@ -209,9 +210,10 @@ class _Reader:
         if sig is None:
             res.unmatched += 1
             return
+        bl = self.backlog
         res.rows.append(
             {
-                "ts": self.now,
+                "ts": bl.ts(text) if bl is not None and pos < bl.end else self.now,
                 "host": self.host,
                 "file": res.path,
                 "inode": inode,
@@ -323,10 +325,12 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) ->
             old = list(cursor.get("watch") or ([cursor["prev"]] if cursor.get("prev") else []))
         watch = _finish_watched(rd, snap, old)
         start = 0
+        backlog = size if first else 0  # lines written before the collector read the log
         if cursor:
             same_inode = cursor.get("inode") == st.st_ino
             if same_inode and _offset(cursor) <= size and _matches(snap.head, size, cursor, f):
                 start = _offset(cursor)
+                backlog = int(cursor.get("backlog", 0))
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
                     watch += _copies_since(rd, snap, cursor, {w["inode"] for w in watch})
             else:
@@ -339,14 +343,19 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) ->
                     return res
                 watch += read
         kept = len(res.rows)
-        pos, _ = rd.read(f, start)
+        rd.backlog = logbackdate.Backlog(f, backlog, rd.now) if backlog > start else None
+        try:
+            pos, _ = rd.read(f, start)
+        finally:
+            rd.backlog = None
         if _head(f, len(snap.head)) != snap.head:  # truncated while read: what came is another
             del res.rows[kept:]  # file's; the next run finds the copy of this one
             res.cursor = _cursor(st.st_ino, snap.head[: min(size, FP_BYTES)], start)
+            pos = start
         else:
             res.cursor = _stamp(f, pos)
-            if first and start == 0:  # lines written before the collector was there
-                logbackdate.backdate(res.rows[kept:], f, rd.now)
+        if backlog > pos:  # the rest of the backlog is read by later runs, dated alike
+            res.cursor["backlog"] = backlog
         if not res.cursor["fp_len"]:
             res.cursor["t"] = time.time()
         if watch:

@@ -196,3 +196,26 @@ def test_lines_a_log_held_before_its_first_read_take_the_times_they_state(tmp_pa
     ahead = tmp_path / "ahead.log"  # a stamp past the read: put at the read
     _log(ahead, [BATCH.replace("2025-11-11", "2027-01-01").format(n=1)], NOW)
     assert [r["ts"] for r in tail(str(ahead), None, NOW, "h").rows] == [NOW]
+
+
+def test_a_backlog_read_over_several_runs_is_dated_in_each(tmp_path) -> None:
+    """A backlog longer than a run's byte cap is read over several runs: the cursor keeps
+    where it ends, so its later lines are dated as its first, and lines written after the
+    first read are not."""
+    log = tmp_path / "server.log"
+    day = dt.datetime(2025, 12, 30, tzinfo=dt.UTC)
+    stamps = [day + dt.timedelta(minutes=k) for k in range(40)]
+    _log(log, [BATCH.replace("2025-11-11 04:28:30", f"{t:%Y-%m-%d %H:%M:%S}").format(n=1)
+               for t in stamps], last_write=stamps[-1])  # fmt: skip
+    cursor, got = None, []
+    for _ in range(10):
+        res = tail(str(log), cursor, NOW, "h", max_bytes=1000)
+        got += [r["ts"] for r in res.rows]
+        cursor = res.cursor
+        assert cursor is not None
+        if not res.stopped:
+            break
+    assert got == stamps and "backlog" not in cursor
+    with log.open("a") as f:
+        f.write(BATCH.format(n=2) + "\n")
+    assert [r["ts"] for r in tail(str(log), cursor, NOW, "h").rows] == [NOW]
