@@ -10,16 +10,21 @@ single-connection run. Dask distributed is the scale-out executor
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+from analyzer import __version__
 from analyzer.bucket import BucketChanged, BucketError, Scope
 from analyzer.findings import Finding, FindingsDocument, RuleStatus
 from analyzer.packs import Pack
 from analyzer.progress import plural
 from analyzer.series import date_stale_forecasts, stale_hosts
+from collector.store import is_s3
 
 _STATUS_RANK = {"skipped": 0, "clean": 1, "fired": 2, "errored": 3}
 
@@ -212,6 +217,9 @@ def analyze_fanout(
             for i in range(0, len(members), step):
                 groups.append(members[i : i + step])
                 group_overrides.append(over)
+    if not is_s3(bucket):  # a worker's working folder is not the caller's
+        bucket = os.path.abspath(bucket)
+    now = now or dt.datetime.now(dt.UTC)  # one clock for every task: the caller's
     futures = [
         executor.submit(
             _task,
@@ -228,9 +236,15 @@ def analyze_fanout(
     docs, lost = [], []
     for i, f in enumerate(futures, 1):
         try:
-            out = f.result()
+            out = _result(f, getattr(executor, "alive", None))
         except (BucketError, BucketChanged):
             raise  # the bucket's: the whole analysis says so
+        except NoWorkers as e:  # the rest would wait as long: all left out now
+            for g in groups[i - 1 :]:
+                lost.append(f"hosts {', '.join(g)}: not analysed: {e}")
+            if progress:
+                progress(f"{unit} {i}/{len(groups)} and the rest not analysed: {e}")
+            break
         except Exception as e:  # a worker that died, a task that failed: its hosts alone
             if isinstance(executor, InlineExecutor):
                 raise  # in this process: the error is the command's
@@ -241,7 +255,9 @@ def analyze_fanout(
             if progress:
                 progress(f"{unit} {i}/{len(groups)} failed: {why}")
             continue
-        docs.append(FindingsDocument.from_dict(out["doc"]))
+        part = FindingsDocument.from_dict(out["doc"])
+        lost += _unanswered(part, groups[i - 1], str(bucket))
+        docs.append(part)
         if progress:
             for line in out["said"]:
                 progress(f"{unit} {i}/{len(groups)}: {line}")
@@ -251,6 +267,52 @@ def analyze_fanout(
     doc = merge(docs, str(bucket), scope)
     doc.run.incomplete = sorted({*doc.run.incomplete, *lost})
     return doc
+
+
+class NoWorkers(RuntimeError):
+    """The cluster has had no worker for a while: the tasks left will not run."""
+
+
+def _result(f: Future[Any], alive: Callable[[], bool] | None) -> Any:
+    """A task's result; where the cluster can say whether it has workers, the wait ends
+    once it has had none for :data:`NO_WORKERS_S` (each killed, or unable to load this
+    package), where it would wait for ever."""
+    if alive is None:
+        return f.result()
+    since: float | None = None
+    while True:
+        try:
+            return f.result(timeout=2.0)
+        except FutureTimeout:
+            if alive():
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since > NO_WORKERS_S:
+                raise NoWorkers(
+                    f"the cluster has had no worker for {NO_WORKERS_S:.0f} s (killed, or "
+                    "unable to load leakreport)"
+                ) from None
+
+
+def _unanswered(part: FindingsDocument, group: list[str], bucket: str) -> list[str]:
+    """Reasons the run is incomplete, from one task's document: a group whose task read no
+    file (a worker that sees another folder at the bucket's path: an unmounted share),
+    and a worker on another version of leakreport."""
+    out = []
+    if not any(part.run.tables.values()):  # listed here, but not one file read there
+        out = [
+            f"host {h}: not analysed: its task found no file of it (does every worker see "
+            f"the bucket at {bucket}?)"
+            for h in group
+        ]
+    if part.run.analyzer_version != __version__:
+        out.append(
+            f"hosts {', '.join(group)}: analysed by leakreport {part.run.analyzer_version} on "
+            f"a worker, this is {__version__}: findings may differ; install one version on "
+            "every worker"
+        )
+    return out
 
 
 class _Later(Future):  # type: ignore[type-arg]
@@ -350,6 +412,39 @@ def analyze_local(
     )
 
 
+CONNECT_S = 10  # for a scheduler to answer
+WORKERS_S = 60  # for a first worker to join it
+# a run whose cluster has had no worker this long gives up on the tasks left
+NO_WORKERS_S = 60.0
+
+
+def _connect(client_class: Any, scheduler: str) -> Any:
+    """A client of ``scheduler``, or a ValueError once none answers in :data:`CONNECT_S`:
+    a port that is no scheduler (its dashboard's, an HTTP server) takes the connection and
+    never completes the handshake, where Dask's own timeout does not reach. The attempt
+    runs in a daemon thread, left behind when it hangs."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = client_class(scheduler, timeout=CONNECT_S)
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=connect, name="leakreport-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_S + 5)
+    if "client" in box:
+        return box["client"]
+    why = f" ({type(box['error']).__name__}: {box['error']})" if "error" in box else ""
+    raise ValueError(
+        f"--scheduler {scheduler}: no Dask scheduler answered there in {CONNECT_S} s{why}; "
+        "a scheduler's own port is usually 8786 (8787 is its dashboard)"
+    )
+
+
 def dask_executor(scheduler: str | None = None, workers: int = 2) -> tuple[Executor, Any]:
     """A Dask executor, and the object to close: a client of ``scheduler``, or a local cluster."""
     try:
@@ -360,8 +455,18 @@ def dask_executor(scheduler: str | None = None, workers: int = 2) -> tuple[Execu
         ) from None
 
     if scheduler:
-        client = Client(scheduler)
-        return client.get_executor(), client
+        client = _connect(Client, scheduler)
+        try:
+            client.wait_for_workers(1, timeout=WORKERS_S)
+        except (OSError, TimeoutError):
+            client.close()
+            raise ValueError(
+                f"--scheduler {scheduler}: no worker joined it in {WORKERS_S} s: start "
+                "`dask worker` processes (with leakreport installed) against it"
+            ) from None
+        pool = client.get_executor()
+        pool.alive = lambda: bool(client.scheduler_info().get("workers"))  # type: ignore[attr-defined]
+        return pool, client
     cluster = LocalCluster(
         n_workers=workers,
         threads_per_worker=1,

@@ -261,7 +261,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
                     scope=scope,
                     overrides=overrides,
                     memory_limit=opts.memory_limit,
-                    hosts_per_task=opts.batch_hosts,
+                    hosts_per_task=1,  # one task per host: the workers share the fleet
                     progress=say,
                     rule_timeout=opts.rule_timeout,
                 )

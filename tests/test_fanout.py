@@ -171,3 +171,77 @@ def test_fanout_sees_hosts_that_stopped_reporting(tmp_path) -> None:
     with ThreadPoolExecutor(2) as ex:
         fanned = analyze_fanout(tmp_path, packs, ex, now=NOW)
     assert local.run.gaps and fanned.run.gaps == local.run.gaps
+
+
+def test_a_worker_that_sees_no_bucket_or_runs_another_version_is_said(sim_bucket, tmp_path) -> None:
+    """Found by a user's pass on a real cluster: a worker whose bucket path held an empty
+    folder (a share not mounted there) dropped its hosts, and a worker on another version
+    changed the findings, both with nothing incomplete; a relative bucket path was read
+    in each worker's own working folder."""
+    packs = load_packs()
+    hosts = list_hosts(sim_bucket[0], Scope())
+    blind, old = hosts[0], hosts[1]
+    (tmp_path / "empty").mkdir()
+    paths: list[str] = []
+
+    def elsewhere(fn, bucket, *rest):  # type: ignore[no-untyped-def]
+        paths.append(bucket)
+        if blind in rest[1].hosts:
+            bucket = str(tmp_path / "empty")  # what that worker finds at the path
+        out = fn(bucket, *rest)
+        if old in rest[1].hosts:
+            out["doc"]["run"]["analyzer_version"] = "0.0.9"
+        return out
+
+    class Cluster(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return super().submit(elsewhere, fn, *args, **kwargs)
+
+    with Cluster(2) as ex:
+        doc = analyze_fanout(sim_bucket[0], packs, ex, now=NOW)
+    assert f"host {blind}: not analysed: its task found no file of it" in " ".join(
+        doc.run.incomplete
+    )
+    assert any(
+        r.startswith(f"hosts {old}: analysed by leakreport 0.0.9") for r in doc.run.incomplete
+    )
+    assert blind not in {h.host for h in doc.hosts}
+    assert all(p == str(sim_bucket[0].resolve()) for p in paths)
+
+
+def test_a_cluster_without_workers_ends_the_wait(sim_bucket, monkeypatch) -> None:
+    """Found by a user's pass: with every worker gone (killed, or unable to load this
+    package) the analysis waited for ever, saying nothing."""
+    from concurrent.futures import Executor, Future
+
+    from analyzer import fanout
+
+    monkeypatch.setattr(fanout, "NO_WORKERS_S", 0.2)
+
+    class Deserted(Executor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return Future()  # never runs
+
+        def alive(self) -> bool:
+            return False
+
+    with pytest.raises(RuntimeError, match="no worker for 0 s"):
+        analyze_fanout(sim_bucket[0], load_packs(), Deserted(), now=NOW)
+
+
+def test_a_scheduler_address_that_is_no_scheduler_is_an_error(tmp_path) -> None:
+    """An HTTP server where the scheduler should be (its dashboard's port): a clear error,
+    not a wait for ever."""
+    pytest.importorskip("distributed")
+    import http.server
+    import threading
+
+    from analyzer.fanout import dask_executor
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ValueError, match="no Dask scheduler answered there"):
+            dask_executor(f"tcp://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
