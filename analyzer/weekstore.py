@@ -269,7 +269,6 @@ class Stored:
     stored: int = 0  # weeks analysed and stored now
     current: int = 0  # weeks whose stored findings were already current
     unclean: list[str] = field(default_factory=list)  # "week: why not stored"
-    incomplete: int = 0  # of those, weeks whose analysis was incomplete (analyze: exit 3)
 
 
 def finished_weeks(files: Iterable[RawFile], before: dt.date) -> list[str]:
@@ -304,7 +303,6 @@ def store_finished(
         why = clean(doc)
         if why is not None:
             res.unclean.append(f"{week}: {why}")
-            res.incomplete += bool(doc.incomplete_reasons())
             continue
         # files that arrived during the analysis may or may not be in it: store nothing
         now_files = raw_files(bucket, _within(since, until), fs)

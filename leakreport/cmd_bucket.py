@@ -139,7 +139,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
         if was_interrupted(e):
             raise KeyboardInterrupt from e
         die(str(e))
-    if res.skipped or res.week_failures or weeks.incomplete:  # cron must hear of each
+    if res.skipped or res.week_failures or weeks.unclean:  # cron must hear of each
         raise SystemExit(exitcodes.INCOMPLETE)
     if res.built == 0 and res.current == 0:
         holds_traces(bucket, "roll up")

@@ -332,3 +332,28 @@ def test_on_s3(tmp_path) -> None:
             f.write(b"\x00garbage")
         r = run("fleet", bucket, "--week", W48, "--out", str(out))
         assert "stored findings unreadable" in r.stderr and sources(r)[W48] == "analysed"
+
+
+def test_a_week_whose_files_change_during_its_analysis_makes_rollup_exit_3(
+    bucket, monkeypatch
+) -> None:
+    """Found by a user's pass: late data arriving while a finished week was analysed kept
+    its findings from being stored ("1 not stored"), and rollup exited 0."""
+    from collector.writer import BucketWriter
+    from leakreport import common
+
+    rollup(bucket)
+    shutil.rmtree(bucket / weekstore.STORE_DIR)
+    real = common.run_analysis
+
+    def with_late_data(*args, **kwargs):  # type: ignore[no-untyped-def]
+        late = dt.datetime(2026, 11, 17, 3, tzinfo=dt.UTC)  # in W47
+        row = {"ts": late, "host": "late-host", "gpu_index": 0, "memory_used_bytes": 1}
+        doc = real(*args, **kwargs)
+        BucketWriter(bucket, "late-host").write("gpu_samples", [row])  # as it ends
+        return doc
+
+    monkeypatch.setattr(common, "run_analysis", with_late_data)
+    r = run("rollup", str(bucket), "--before", BEFORE)
+    assert r.exit_code == 3, r.stdout + r.stderr
+    assert f"week not stored: {W47}: trace files changed during the analysis" in r.stderr
