@@ -47,6 +47,13 @@ from collector.store import is_s3
 Progress = Callable[[str], None]
 
 
+READS = 5  # tries at reading a bucket whose files a compact or rollup keeps replacing
+
+
+class BucketKeptChanging(BucketError):
+    """Files were replaced under every read (exit 3: not checked, not a usage error)."""
+
+
 def analyze(
     bucket: str | Path,
     packs: list[Pack],
@@ -104,14 +111,18 @@ def analyze(
             # a rollup or compact replaced files while they were read: their rows are in
             # the files that replaced them, which a fresh listing finds
             attempt += 1
-            if attempt == 2:
-                raise BucketError(
-                    f"{e}: bucket files were replaced while the analysis read them, twice; "
-                    "is a `leakreport rollup` or `compact` running? Run again once it is done"
+            if attempt == READS:
+                raise BucketKeptChanging(
+                    f"{e}: bucket files were replaced while the analysis read them, "
+                    f"{READS} times; is a `leakreport rollup` or `compact` running? Run again "
+                    "once it is done"
                 ) from e
+            wait = 2.0 ** (attempt - 1)
             say(
-                f"{e}: replaced while the analysis read it (a rollup or compact); reading the bucket again"
+                f"{e}: replaced while the analysis read it (a rollup or compact); reading the "
+                f"bucket again in {wait:g} s"
             )
+            time.sleep(wait)
         if timings is not None:
             timings.clear()
 

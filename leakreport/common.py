@@ -217,6 +217,7 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     from analyzer.bucket import BucketError, Scope
     from analyzer.packs import param_type_error, parse_param_overrides
     from analyzer.ruleexec import was_interrupted
+    from analyzer.runner import BucketKeptChanging
 
     say = progress if progress is not None else console()
     bucket_path(bucket)
@@ -287,6 +288,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
         oom = duckdb.OutOfMemoryException
         if oom in (type(e), type(e.__cause__)):  # DuckDB's own advice is for SQL users
             die(f"{OUT_OF_MEMORY_HINT}: {str(e).splitlines()[0]}")
+        if isinstance(e, BucketKeptChanging):  # a busy bucket: not checked, not misused
+            die(f"incomplete: {e}", exitcodes.INCOMPLETE)
         die(str(e))
     finally:
         say.close()

@@ -110,16 +110,40 @@ def test_a_compact_while_rules_run(bucket, reference, monkeypatch) -> None:
     assert calls[0] > 1
 
 
-def test_files_replaced_twice_fail_naming_one(bucket, monkeypatch) -> None:
+def test_files_replaced_at_every_read_fail_naming_one(bucket, monkeypatch) -> None:
     tier.build(bucket, before=BEFORE, weeks=False)
 
-    def drop_one() -> None:  # a tier file of a finished day, gone after the listing
-        next(iter(sorted(bucket.glob("tier_gpu_buckets/*/*/*.parquet")))).unlink()
+    def drop_one() -> None:  # a tier file of a finished day, renamed after the listing
+        f = sorted(bucket.glob("tier_gpu_buckets/*/*/*.parquet"))[0]
+        f.rename(f.with_name(f"x{f.name}"))
 
-    _meanwhile(monkeypatch, runner.logevents, "build", drop_one, times=2)
+    waits: list[float] = []
+    monkeypatch.setattr(runner.time, "sleep", waits.append)
+    _meanwhile(monkeypatch, runner.logevents, "build", drop_one, times=runner.READS)
     said: list[str] = []
     with pytest.raises(
-        BucketError, match=r"tier_gpu_buckets/.*\.parquet: bucket files were replaced .* twice"
+        BucketError, match=r"tier_gpu_buckets/.*\.parquet: bucket files were replaced .* 5 times"
     ):
         runner.analyze(bucket, load_packs(), now=NOW, progress=said.append)
-    assert sum("reading the bucket again" in s for s in said) == 1
+    assert sum("reading the bucket again" in s for s in said) == runner.READS - 1
+    assert waits == [1.0, 2.0, 4.0, 8.0]  # a compact of a day has time to finish
+
+
+def test_a_bucket_replaced_under_every_read_exits_3_not_2(bucket, monkeypatch) -> None:
+    """Found by a user's pass: an analysis overlapping a compact exited 2 (a usage error
+    to cron) in 6 of 8 runs, after two reads; it now reads up to five times, waiting
+    longer each time, and then says the run is incomplete."""
+    from leakreport.common import run_analysis
+    from leakreport.options import AnalysisOptions
+
+    tier.build(bucket, before=BEFORE, weeks=False)
+    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+
+    def drop_one() -> None:
+        f = sorted(bucket.glob("tier_gpu_buckets/*/*/*.parquet"))[0]
+        f.rename(f.with_name(f"x{f.name}"))
+
+    _meanwhile(monkeypatch, runner.logevents, "build", drop_one, times=runner.READS)
+    with pytest.raises(SystemExit) as e:
+        run_analysis(str(bucket), AnalysisOptions())
+    assert e.value.code == 3
