@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from analyzer import memory, tierindex
 from analyzer.sampling import host_intervals, samples_span
+from analyzer.staging import StageError
 from analyzer.staging import stage as _stage
 from analyzer.staging import temp_stage as _temp_stage
 from analyzer.timesanity import (
@@ -254,10 +255,9 @@ def open_checked(
         if s3 is not None and local[name]:
             try:
                 local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
-            except OSError:
-                gone = [p for p in local[name] if not exists(p, s3)]
-                if gone:
-                    raise BucketChanged(_shown(bucket, gone[0], s3)) from None
+            except StageError as e:  # the object it failed on: gone (replaced), or not
+                if not exists(e.key, s3):  # one HEAD, not one per object of the table
+                    raise BucketChanged(_shown(bucket, e.key, s3)) from None
                 raise
         out.paths.update(zip(local[name], (c.entry.path for c in good[name]), strict=True))
     first_run = first_runs(con, good["collector_runs"], local["collector_runs"], hi)

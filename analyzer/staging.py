@@ -30,12 +30,32 @@ def stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[s
     todo = dict.fromkeys((k, d) for k, d in zip(keys, dsts, strict=True) if not d.exists())
     if len(todo) <= 1:
         for k, d in todo:
-            fetch(k, d)
+            _named(k, fetch, d)
     else:
-        with ThreadPoolExecutor(min(STAGE_THREADS, len(todo))) as ex:
-            for done in [ex.submit(fetch, k, d) for k, d in todo]:
+        ex = ThreadPoolExecutor(min(STAGE_THREADS, len(todo)))
+        try:
+            for done in [ex.submit(_named, k, fetch, d) for k, d in todo]:
                 done.result()  # the first error, as a copy in turn would raise it
+        finally:  # after an error, the copies not begun are dropped: a frozen server
+            ex.shutdown(wait=True, cancel_futures=True)  # would make each wait its timeout
     return [str(d) for d in dsts]
+
+
+class StageError(OSError):
+    """An object that could not be copied: ``key`` names it."""
+
+    def __init__(self, key: str, error: OSError) -> None:
+        super().__init__(f"{key}: {error}")
+        self.key = key
+
+
+def _named(key: str, fetch: Any, dst: Path) -> None:
+    try:
+        fetch(key, dst)
+    except StageError:
+        raise
+    except OSError as e:
+        raise StageError(key, e) from e
 
 
 _TEMP: list[str] = []

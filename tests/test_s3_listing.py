@@ -241,3 +241,34 @@ def test_data_in_a_folder_no_table_reads_is_named(odd_buckets, scope) -> None:
     for root, fs in ((local, None), ("odd", s3)):
         got = layout.foreign_tables(root, _known_table, fs, date_ok, host_ok)
         assert [g.removeprefix(root).strip("/") for g in got] == want, fs
+
+
+def test_a_copy_that_fails_names_its_object_and_drops_the_copies_not_begun(
+    tmp_path, monkeypatch
+) -> None:
+    """Found by a user's pass: with the S3 server frozen mid-analysis, every queued copy
+    waited its own timeout after the first had failed, then each object was looked up in
+    turn: about 9 minutes to an error that named no object."""
+    import pyarrow.fs as pafs
+
+    from analyzer import staging
+
+    src = tmp_path / "src"
+    src.mkdir()
+    keys = []
+    for k in range(40):
+        (src / f"{k:02}.parquet").write_bytes(b"x" * 10)
+        keys.append(str(src / f"{k:02}.parquet"))
+    missing = str(src / "gone.parquet")
+    started: list[str] = []
+    real = pafs.copy_files
+
+    def copy(key, *a, **kw):  # type: ignore[no-untyped-def]
+        started.append(key)
+        return real(key, *a, **kw)
+
+    monkeypatch.setattr(pafs, "copy_files", copy)
+    with pytest.raises(staging.StageError) as e:
+        staging.stage(pafs.LocalFileSystem(), [missing, *keys], tmp_path / "stage")
+    assert e.value.key == missing and str(e.value).startswith(missing)
+    assert len(started) < len(keys) + 1  # the queue was dropped at the error
