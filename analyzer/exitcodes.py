@@ -6,6 +6,7 @@ ERROR = 2  # usage or input error (bad option, bucket that is not one, broken pa
 INCOMPLETE = 3  # the analysis could not check everything: errored rules, unreadable
 #                 files, or no data in scope; the reasons are on stderr and in the document
 INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), as shells report it; nothing written at --out
+TERMINATED = 143  # stopped by SIGTERM (timeout, systemd, kill), 128 + 15; nothing written
 
 TABLE = (
     (OK, "clean: nothing at or above --fail-on, everything in scope checked"),
@@ -17,6 +18,7 @@ TABLE = (
         "(1 wins when there are also findings)",
     ),
     (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
+    (TERMINATED, "stopped by SIGTERM (timeout, systemd): nothing written at --out"),
 )
 
 
@@ -30,6 +32,7 @@ FLEET_TABLE = (
         "host with leak findings the week before has none now (the page and stderr say what)",
     ),
     (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
+    (TERMINATED, "stopped by SIGTERM (timeout, systemd): nothing written at --out"),
 )
 
 

@@ -17,6 +17,7 @@ class Sigint:
 
     count = 0
     mark = 0
+    terminated = False  # the signal was SIGTERM (a timeout, systemd): ends alike, exit 143
 
     @classmethod
     def begin(cls) -> None:
@@ -35,6 +36,14 @@ class Sigint:
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     Sigint.count += 1
     _signal.default_int_handler(signum, frame)
+
+
+def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends a command as Ctrl-C does (every ``finally`` runs: staged S3 copies
+    are removed), with its own exit code."""
+    Sigint.count += 1
+    Sigint.terminated = True
+    raise KeyboardInterrupt
 
 
 try:  # as early as can be: this package is imported before the command's heavy modules

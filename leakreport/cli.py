@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 
 import click
 
 from analyzer import __version__, exitcodes
-from leakreport import Sigint
+from leakreport import Sigint, on_sigterm
 from leakreport.cmd_analyze import analyze, fleet, report
 from leakreport.cmd_bucket import compact, rollup
 from leakreport.cmd_logs import logs
@@ -40,6 +41,8 @@ for command in (simulate, analyze, report, fleet, compact, rollup, rules, logs, 
 
 def main() -> None:
     """The command line, with Ctrl-C (SIGINT) ending in exit 130 wherever it lands."""
+    with contextlib.suppress(ValueError):  # (not the main thread: Python's handling stays)
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         if Sigint.count:  # Ctrl-C while starting up, its exception swallowed: stop here
             raise KeyboardInterrupt
@@ -51,7 +54,8 @@ def main() -> None:
         ):  # end of input at a prompt, as click's own main says it
             click.echo("Aborted!", err=True)
             sys.exit(1)
-        click.echo("leakreport: interrupted (Ctrl-C): nothing written at --out", err=True)
+        how = "terminated (SIGTERM)" if Sigint.terminated else "interrupted (Ctrl-C)"
+        click.echo(f"leakreport: {how}: nothing written at --out", err=True)
         from analyzer.staging import remove_temp
 
         remove_temp()  # S3 objects staged locally: atexit would, but it is skipped below
@@ -61,7 +65,7 @@ def main() -> None:
         # every `with` and `finally` has run on the way here, and the staged objects are gone;
         # the interpreter's own teardown is skipped: a DuckDB database stopped mid-query
         # can abort the process in it (SIGABRT, "exception not rethrown")
-        os._exit(exitcodes.INTERRUPTED)
+        os._exit(exitcodes.TERMINATED if Sigint.terminated else exitcodes.INTERRUPTED)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
