@@ -220,6 +220,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     from analyzer.runner import BucketKeptChanging
 
     say = progress if progress is not None else console()
+    if opts.scheduler and opts.executor != "dask":  # it would be passed over
+        die(f"--scheduler {opts.scheduler} is for --executor dask: give both")
     bucket_path(bucket)
     packs = load_packs(opts.packs)
     try:

@@ -103,12 +103,13 @@ _RUN_OPTS = [
         type=click.Choice(["local", "dask"]),
         default="local",
         show_default=True,
-        help="local: DuckDB in this process; dask: one task per host group on a Dask cluster.",
+        help="local: DuckDB in this process; dask: one task per host on a Dask cluster.",
     ),
     click.option(
         "--scheduler",
         metavar="ADDRESS",
-        help="Dask scheduler (tcp://host:8786); default: a local cluster on 127.0.0.1.",
+        help="Dask scheduler (tcp://host:8786), with --executor dask; default: a local "
+        "cluster on 127.0.0.1.",
     ),
     click.option(
         "--workers",

@@ -245,3 +245,14 @@ def test_a_scheduler_address_that_is_no_scheduler_is_an_error(tmp_path) -> None:
             dask_executor(f"tcp://127.0.0.1:{server.server_address[1]}")
     finally:
         server.shutdown()
+
+
+def test_a_scheduler_without_the_dask_executor_is_a_usage_error(sim_bucket) -> None:
+    """Found by a user's pass: --scheduler without --executor dask was passed over, and the
+    run went local without a word."""
+    r = subprocess.run(
+        [sys.executable, "-m", "leakreport", "analyze", str(sim_bucket[0]), "--scheduler",
+         "tcp://127.0.0.1:8786"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2 and "is for --executor dask" in r.stderr, r.stderr
