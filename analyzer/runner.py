@@ -14,6 +14,7 @@ import duckdb
 
 from analyzer import (
     __version__,
+    clockcheck,
     coverage,
     logevents,
     memory,
@@ -262,6 +263,7 @@ def _analyze(
             lap("series")
         doc.run.incomplete += [f"{LEFT_OUT}{line}" for line in opened.skipped]
         doc.run.incomplete += sampling.unserved(con, opened.intervals)
+        doc.run.incomplete += clockcheck.log_clock_offsets(con)
         doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined
         return doc
