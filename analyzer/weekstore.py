@@ -269,6 +269,9 @@ class Stored:
     stored: int = 0  # weeks analysed and stored now
     current: int = 0  # weeks whose stored findings were already current
     unclean: list[str] = field(default_factory=list)  # "week: why not stored"
+    # of those, weeks not done: an incomplete analysis (analyze: exit 3), or trace files
+    # that changed while it ran; both for the next rollup to do (rollup: exit 3)
+    incomplete: int = 0
 
 
 def finished_weeks(files: Iterable[RawFile], before: dt.date) -> list[str]:
@@ -303,11 +306,13 @@ def store_finished(
         why = clean(doc)
         if why is not None:
             res.unclean.append(f"{week}: {why}")
+            res.incomplete += bool(doc.incomplete_reasons())
             continue
         # files that arrived during the analysis may or may not be in it: store nothing
         now_files = raw_files(bucket, _within(since, until), fs)
         if week_key(now_files, since, until, opts, code) != key:
             res.unclean.append(f"{week}: trace files changed during the analysis")
+            res.incomplete += 1
             continue
         save(bucket, week, key, doc)
         res.stored += 1

@@ -139,7 +139,7 @@ def rollup(bucket: str, before: dt.date | None, verify: bool) -> None:
         if was_interrupted(e):
             raise KeyboardInterrupt from e
         die(str(e))
-    if res.skipped or res.week_failures or weeks.unclean:  # cron must hear of each
+    if res.skipped or res.week_failures or weeks.incomplete:  # cron must hear of each
         raise SystemExit(exitcodes.INCOMPLETE)
     if res.built == 0 and res.current == 0:
         holds_traces(bucket, "roll up")
@@ -180,7 +180,7 @@ def store_weeks(bucket: str, before: dt.date) -> Any:
         die(f"storing the week findings: {e}")
     click.echo(  # the command's result, as the tier's line is: -q leaves stderr to errors
         f"week findings: {plural(res.stored, 'week')} stored, {res.current} already current, "
-        f"{len(res.unclean)} not stored" + (" (incomplete analysis)" if res.unclean else "")
+        f"{len(res.unclean)} not stored" + (" (incomplete analysis)" if res.incomplete else "")
     )
     for line in res.unclean:
         err(f"leakreport: week not stored: {line}")
