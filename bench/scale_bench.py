@@ -84,7 +84,8 @@ def child(kind: str, bucket: str, k: int, opts: dict[str, Any]) -> dict[str, Any
         )
         out["gpus"], out["samples"] = con.execute(sql).fetchone() or (None, None)
     elif kind in ("pack", "dask", "s3"):
-        from analyzer.fanout import analyze_fanout, analyze_local, dask_executor
+        from analyzer.daskpool import dask_executor
+        from analyzer.fanout import analyze_fanout, analyze_local
 
         if kind == "dask":
             pool, closer = dask_executor(None, int(opts["dask_workers"]))

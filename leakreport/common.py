@@ -250,7 +250,8 @@ def run_analysis(bucket: str, opts: AnalysisOptions, progress: Console | None = 
     scope = Scope(opts.since, opts.until, list(opts.hosts))
     try:
         if opts.executor == "dask":
-            from analyzer.fanout import analyze_fanout, dask_executor
+            from analyzer.daskpool import dask_executor
+            from analyzer.fanout import analyze_fanout
 
             pool, closer = dask_executor(opts.scheduler, opts.workers)
             try:

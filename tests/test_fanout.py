@@ -104,7 +104,7 @@ def test_a_task_lost_on_a_cluster_names_its_hosts_and_keeps_the_rest(sim_bucket)
 def test_dask_missing_is_a_usage_error_naming_the_extra(monkeypatch) -> None:
     import builtins
 
-    from analyzer.fanout import dask_executor
+    from analyzer.daskpool import dask_executor
 
     real = builtins.__import__
 
@@ -214,9 +214,9 @@ def test_a_cluster_without_workers_ends_the_wait(sim_bucket, monkeypatch) -> Non
     package) the analysis waited for ever, saying nothing."""
     from concurrent.futures import Executor, Future
 
-    from analyzer import fanout
+    from analyzer import daskpool
 
-    monkeypatch.setattr(fanout, "NO_WORKERS_S", 0.2)
+    monkeypatch.setattr(daskpool, "NO_WORKERS_S", 0.2)
 
     class Deserted(Executor):
         def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -236,9 +236,13 @@ def test_a_scheduler_address_that_is_no_scheduler_is_an_error(tmp_path) -> None:
     import http.server
     import threading
 
-    from analyzer.fanout import dask_executor
+    from analyzer.daskpool import dask_executor
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *_a: object) -> None:  # the handshake it refuses: no noise
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with pytest.raises(ValueError, match="no Dask scheduler answered there"):

@@ -254,7 +254,8 @@ def test_objects_compacted_before_they_are_staged_are_read_again(s3, monkeypatch
 
 
 def test_dask_over_s3_matches_local(s3, tmp_path) -> None:
-    from analyzer.fanout import analyze_fanout, dask_executor
+    from analyzer.daskpool import dask_executor
+    from analyzer.fanout import analyze_fanout
 
     bucket = "s3://leaktraces/dask"
     for out in (tmp_path / "local", bucket):
