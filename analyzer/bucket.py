@@ -20,7 +20,7 @@ import datetime as dt
 import functools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,9 +192,11 @@ def open_checked(
     stage_dir: str | os.PathLike[str] | None = None,
     now: dt.datetime | None = None,
     exclude: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Opened:
     """A connection with one view per trace table, what was read, and what was not.
     ``exclude``: bucket paths of files to leave out, and why (:mod:`analyzer.rowcheck`).
+    ``progress``: told of the slow steps on S3 (listing and footers, each table's copy).
 
     An ``s3://`` bucket's objects (pruned by date and host first) are copied once
     into ``stage_dir`` (a temporary folder if not given) and read from there:
@@ -226,6 +228,8 @@ def open_checked(
     from analyzer import tierread
 
     index = tierindex.stored(root_of(bucket, s3), s3)
+    say = progress if progress is not None and s3 is not None else (lambda _m: None)
+    say(f"{bucket}: listing the trace objects in scope and reading their footers")
     for name in TABLES:
         try:
             ok, bad = checked_files(bucket, name, scope, s3, index)
@@ -253,6 +257,7 @@ def open_checked(
     for name in TABLES:
         local[name] = [c.entry.path for c in good[name]]
         if s3 is not None and local[name]:
+            say(f"{name}: copying {len(local[name]):,} objects from S3")
             try:
                 local[name] = _stage(s3, local[name], stage_dir or _temp_stage())
             except StageError as e:  # the object it failed on: gone (replaced), or not

@@ -153,7 +153,13 @@ def _analyze(
         clock = now_t
 
     opened = open_checked(
-        bucket, scope, memory_limit=memory_limit, stage_dir=stage, now=now, exclude=exclude
+        bucket,
+        scope,
+        memory_limit=memory_limit,
+        stage_dir=stage,
+        now=now,
+        exclude=exclude,
+        progress=say,
     )
     lap("open")
     con, files = opened.con, opened.counts

@@ -302,3 +302,16 @@ def test_tier_hosts_and_bad_objects_on_s3(s3, tmp_path) -> None:
     assert res.built == 3 and res.skipped and "gpu_samples-junk" in res.skipped[0]
     assert res.weeks == len(tier.ALL_TIERS)  # the week files, written to S3
     assert _comparable(analyze(bucket, packs, now=NOW)) == _comparable(bad)
+
+
+def test_an_s3_analysis_says_what_it_is_copying(s3) -> None:
+    """Found by a user's pass: `-v` printed nothing for the first ~14 s of an S3 run while
+    footers were read and objects copied."""
+    bucket = "s3://leaktraces/progress"
+    simulate("healthy-static", bucket, hosts=1, hours=1, seed=2)
+    said: list[str] = []
+    analyze(bucket, load_packs(), now=NOW, progress=said.append)
+    assert said[0] == f"{bucket}: listing the trace objects in scope and reading their footers"
+    assert any(
+        s.startswith("gpu_samples: copying ") and s.endswith(" objects from S3") for s in said
+    )
