@@ -22,19 +22,22 @@ def stage(fs: Any, keys: list[str], stage_dir: str | os.PathLike[str]) -> list[s
     dsts = [Path(stage_dir) / k for k in keys]
 
     def fetch(key: str, dst: Path) -> None:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        part = dst.with_name(f".{dst.name}.part")
-        pafs.copy_files(key, str(part), source_filesystem=fs, destination_filesystem=local)
-        os.replace(part, dst)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            part = dst.with_name(f".{dst.name}.part")
+            pafs.copy_files(key, str(part), source_filesystem=fs, destination_filesystem=local)
+            os.replace(part, dst)
+        except OSError as e:
+            raise StageError(key, e) from e
 
     todo = dict.fromkeys((k, d) for k, d in zip(keys, dsts, strict=True) if not d.exists())
     if len(todo) <= 1:
         for k, d in todo:
-            _named(k, fetch, d)
+            fetch(k, d)
     else:
         ex = ThreadPoolExecutor(min(STAGE_THREADS, len(todo)))
         try:
-            for done in [ex.submit(_named, k, fetch, d) for k, d in todo]:
+            for done in [ex.submit(fetch, k, d) for k, d in todo]:
                 done.result()  # the first error, as a copy in turn would raise it
         finally:  # after an error, the copies not begun are dropped: a frozen server
             ex.shutdown(wait=True, cancel_futures=True)  # would make each wait its timeout
@@ -47,15 +50,6 @@ class StageError(OSError):
     def __init__(self, key: str, error: OSError) -> None:
         super().__init__(f"{key}: {error}")
         self.key = key
-
-
-def _named(key: str, fetch: Any, dst: Path) -> None:
-    try:
-        fetch(key, dst)
-    except StageError:
-        raise
-    except OSError as e:
-        raise StageError(key, e) from e
 
 
 _TEMP: list[str] = []

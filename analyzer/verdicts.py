@@ -148,8 +148,9 @@ def _verdict(
         for rule, used in (("MT001", "recent_peak_mib"), ("GM001", "last_idle_mib")):
             ev = by_rule[rule].evidence if rule in by_rule else {}
             total, now = _num(ev.get("total_mib")), _num(ev.get(used))
-            if rule == "GM001" and gpu is not None:
-                now = max(now or 0.0, _recent_peak_mib(doc, host, gpu) or 0.0) or now
+            peak = _recent_peak_mib(doc, host, gpu) if rule == "GM001" and gpu is not None else None
+            if peak is not None:
+                now = peak if now is None else max(now, peak)
             if total is not None and now is not None:
                 hours, oom_rule = round(max(total - now, 0.0) / rate, 2), rule
                 break

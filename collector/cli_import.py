@@ -148,11 +148,12 @@ def import_smi(
     from collector.importers import ImportError_, read_nvidia_smi_csv, zone
 
     files: list[str] = []  # written a chunk at a time while the file is read
-    first: list[dt.datetime | None] = [None]
+    first: dt.datetime | None = None  # of the rows written while reading
 
     def flush(rows: list[dict[str, Any]], before: int) -> None:
+        nonlocal first
         files.extend(_store(bucket, host, "gpu_samples", rows, before))
-        first[0] = _first(rows, first[0])
+        first = _first(rows, first)
 
     try:
         t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
@@ -169,7 +170,7 @@ def import_smi(
     _write(bucket, host, "gpu_samples", got.rows, got.written, files)
     _write(bucket, host, "gpu_processes", got.processes)
     n = got.written + len(got.rows) + len(got.processes)
-    _record_run(bucket, host, "nvidia-smi-csv", _first(got.rows + got.processes, first[0]), n)
+    _record_run(bucket, host, "nvidia-smi-csv", _first(got.rows + got.processes, first), n)
 
 
 @import_.command("gpu-memory-log")
