@@ -13,6 +13,7 @@ import polars as pl
 
 from analyzer import logformats as F
 from collector.importers import fixed_offset
+from collector.logimport import FOLD_STEP
 
 _TEXT = pl.col("text")
 COLUMNS = ("_stamp", "_off", "_no_year")
@@ -41,15 +42,11 @@ def to_utc(stamp: pl.Expr, offset: pl.Expr, tz: str) -> pl.Expr:
     return pl.when(offset.is_not_null()).then(aware).otherwise(naive)
 
 
-# a step back further than this, to a wall time the zone shows twice, is the hour a clock
-# is set back; smaller ones are ranks printing out of order
-FOLD_STEP = pl.duration(minutes=5)
-
-
 def _second_pass(first: pl.Expr, second: pl.Expr) -> pl.Expr:
     """Of a wall time the zone shows twice (the hour a daylight-saving clock is set back),
     the first, or the second where it reads earlier than a line before it: the log went
-    on through that hour and wrote its times again. In line order; the latest time so far
+    on through that hour and wrote its times again (a step back past
+    :data:`collector.logimport.FOLD_STEP`, as the import reads it). In line order; the latest time so far
     is taken twice, the second time over the first pass's choices, so that the whole
     repeated hour, not only its start, reads as the second."""
 
