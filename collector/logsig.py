@@ -200,16 +200,17 @@ def line_time(
     return _time(*_stamps(text), year or fallback_year, tz, year is not None)
 
 
+_PLUS_ONE = dt.timezone(dt.timedelta(hours=1))  # any zone but UTC
+
+
 def line_time_stated(text: str) -> tuple[dt.datetime, bool] | None:
     """:func:`line_time` of a naive stamp read as UTC, and whether the stamp gave its own
     offset (one pass of the patterns); None where the line states no time."""
-    outer, full, md = _stamps(text)
-    t = _time(outer, full, md, None, dt.UTC, False)
+    stamps = _stamps(text)
+    t = _time(*stamps, None, dt.UTC, False)
     if t is None:
         return None
-    if full:
-        return t, bool(full.group(3))
-    return t, md is None and outer is not None and bool(outer.group(3))
+    return t, _time(*stamps, None, _PLUS_ONE, False) == t  # an offset: the zone changed nothing
 
 
 def line_stamp(text: str, tz: dt.tzinfo = dt.UTC) -> dt.datetime | tuple[int, int, dt.time] | None:
