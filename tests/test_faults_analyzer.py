@@ -216,6 +216,8 @@ def test_a_host_whose_every_sample_is_quarantined_makes_the_run_incomplete(tmp_p
         for i in range(30)
     ]  # fmt: skip
     BucketWriter(tmp_path, "h").write("gpu_samples", rows)
+    run = {"ts": ahead, "run_id": "import", "source": "import:nvidia-smi-csv", "status": "ok"}
+    BucketWriter(tmp_path, "h").write("collector_runs", [run])  # its import's, as far ahead
     BucketWriter(tmp_path, "ok").write(
         "gpu_samples", [{**rows[0], "host": "ok", "ts": ahead - dt.timedelta(hours=9)}]
     )
