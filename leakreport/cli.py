@@ -48,6 +48,8 @@ def main() -> None:
             raise KeyboardInterrupt
         code = cli.main(prog_name="leakreport", standalone_mode=False)
         Sigint.check()  # a Ctrl-C whose exception Python swallowed still ends in 130
+        with contextlib.suppress(ValueError):  # done: a SIGTERM in the interpreter's
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # teardown (handlers reset) killed it
     except (KeyboardInterrupt, click.exceptions.Abort) as e:
         if isinstance(e, click.exceptions.Abort) and not isinstance(
             e.__cause__, KeyboardInterrupt
