@@ -43,7 +43,7 @@ from analyzer.timesanity import (
 )
 from analyzer.views import raw_select
 from analyzer.views import sql_list as _sql_list
-from collector import filecheck, layout
+from collector import filecheck, layout, layoutscan
 from collector.schema import TABLES
 from collector.store import is_s3, root_of, s3_filesystem, s3_root
 
@@ -249,8 +249,8 @@ def open_checked(
         good[name] = ok
         out.counts[name] = len(ok)
     root = root_of(bucket, s3)
-    for d in layout.foreign_tables(root, _known_table, s3, scope.date_ok, scope.host_ok):
-        out.skipped.append(f"{_shown(bucket, d, s3)}: {layout.FOREIGN}")
+    for d in layoutscan.foreign_tables(root, _known_table, s3, scope.date_ok, scope.host_ok):
+        out.skipped.append(f"{_shown(bucket, d, s3)}: {layoutscan.FOREIGN}")
     wall = dt.datetime.now(dt.UTC)
     hi = max(now or wall, wall) + FUTURE_MARGIN
     local: dict[str, list[str]] = {}

@@ -49,6 +49,7 @@ _ANALYZER = Path(__file__).resolve().parent
 _CODE = (
     _ANALYZER.parent / "collector" / "schema.py",
     _ANALYZER.parent / "collector" / "layout.py",
+    _ANALYZER.parent / "collector" / "layoutscan.py",
     _ANALYZER.parent / "collector" / "filecheck.py",
 )
 

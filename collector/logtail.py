@@ -1,7 +1,8 @@
 """Tail server logs from a saved cursor, keeping the lines that match a signature.
 
-The cursor keeps, per log path, the inode, the offset after the last complete
-line, and a fingerprint (a hash of the file's first bytes, up to 4 KiB). It is
+The cursor (:mod:`collector.logcursor`) keeps, per log path, the inode, the offset
+after the last complete line, and a fingerprint (a hash of the file's first bytes, up
+to 4 KiB). It is
 saved only after the run's files are written (``collector.atomic``), so
 a crash loses at most the run in flight and never skips lines.
 
@@ -41,26 +42,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
-import json
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from collector import logbackdate, logsig
-from collector.atomic import write_atomic
+from collector import logcursor as lc
+from collector.logcursor import Cursor
 from collector.logrotation import FP_BYTES, Gen, Snap, data_at, snapshot
 from collector.logrotation import head as _head
 
 MAX_LINE = logsig.MAX_LINE_BYTES
-FP_VERSION = 2  # 2: a cursor's fingerprint is of the bytes after leading NULs (logrotation.head)
 CHUNK = 256 << 10  # a deadline is checked between chunks: each is a few ms of parsing
 WATCHED = 16  # rotated files read again each run for late lines (see _finish_watched)
-
-Cursor = dict[str, Any]
 
 
 @dataclass
@@ -73,67 +69,6 @@ class TailResult:
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # lines missing or not read yet, and why
     stopped: bool = False  # the byte budget or the deadline ran out; the rest waits
-
-
-def load_cursors(state: Path) -> dict[str, Cursor]:
-    try:
-        data = json.loads(state.read_text())
-        return {k: v for k, v in data.items() if isinstance(v, dict)}
-    except (OSError, ValueError):
-        return {}
-
-
-def save_cursors(state: Path, cursors: dict[str, Cursor]) -> None:
-    write_atomic(state, json.dumps(cursors, sort_keys=True))
-
-
-def _sha1(*parts: bytes) -> bytes:
-    h = hashlib.sha1(usedforsecurity=False)  # pragma: no mutate (a FIPS flag, same digest)
-    for part in parts:
-        h.update(part)
-    return h.digest()
-
-
-def _cursor(inode: int, first: bytes, offset: int) -> Cursor:
-    """A cursor at ``offset`` of the file whose first bytes (up to 4 KiB) are ``first``."""
-    fp = _sha1(first).hex()[:16]
-    return {"inode": inode, "offset": offset, "fp": fp, "fp_len": len(first), "fp_v": FP_VERSION}
-
-
-def _stamp(f: IO[bytes], offset: int) -> Cursor:
-    """A cursor at ``offset`` of this file as it is now."""
-    st = os.fstat(f.fileno())
-    return _cursor(st.st_ino, _head(f, min(st.st_size, FP_BYTES)), offset)
-
-
-def _offset(cur: Cursor) -> int:
-    return int(cur.get("offset", 0))
-
-
-def _matches(f: IO[bytes] | bytes, size: int, cur: Cursor, raw: IO[bytes] | None = None) -> bool:
-    """Does this file (or these first bytes of it, ``raw`` being the file) start as the
-    cursor's file did?"""
-    if "fp" not in cur:
-        return True  # a cursor from before fingerprints: trust the inode
-    n = int(cur.get("fp_len", 0))
-    if size < n:  # (a file grown since it was listed is not the cursor's)
-        return False
-    first = f[:n] if isinstance(f, bytes) else _head(f, n)
-    if len(first) == n and _sha1(first).hex()[:16] == cur["fp"]:
-        return True
-    raw = raw if raw is not None or isinstance(f, bytes) else f
-    if cur.get("fp_v") is None and raw is not None:
-        # taken before fingerprints passed over leading NULs: it hashed them
-        return bool(_sha1(os.pread(raw.fileno(), n, 0)).hex()[:16] == cur["fp"])
-    return False
-
-
-def _file_id(f: IO[bytes]) -> tuple[bytes, bool]:
-    """A hash of the file's first line (at most 4 KiB), and whether that line is complete."""
-    head = _head(f, FP_BYTES)
-    nl = head.find(b"\n")
-    first = head if nl < 0 else head[: nl + 1]
-    return _sha1(first), nl >= 0 or len(head) == FP_BYTES
 
 
 class _Reader:
@@ -164,7 +99,7 @@ class _Reader:
         Rows carry the inode of the file where their generation (its first line)
         was first seen: a copy or a renamed file gives the same rows as the original.
         """
-        fid, whole = _file_id(f)
+        fid, whole = lc.file_id(f)
         inode = os.fstat(f.fileno()).st_ino
         if whole:
             inode = self.labels.setdefault(fid.hex()[:16], inode)
@@ -218,7 +153,7 @@ class _Reader:
                 "file": res.path,
                 "inode": inode,
                 "offset": pos,
-                "line_id": _sha1(fid, pos.to_bytes(8, "little"), raw).hex()[:24],
+                "line_id": lc.sha1(fid, pos.to_bytes(8, "little"), raw).hex()[:24],
                 "text": text,
                 "signature": sig,
                 "truncated": truncated,
@@ -248,7 +183,7 @@ def _find(cands: list[Gen], cur: Cursor, by_inode: bool) -> int | None:
         g = cands[i]
         if by_inode and g.st.st_ino != cur.get("inode"):
             continue
-        if g.st.st_size >= _offset(cur) and _matches(g.f, g.st.st_size, cur):
+        if g.st.st_size >= lc.offset(cur) and lc.matches(g.f, g.st.st_size, cur):
             return i
     return None
 
@@ -300,12 +235,12 @@ def _finish_moved(rd: _Reader, path: str, cur: Cursor) -> Cursor | None:
             f.close()
         rd.res.notes.append(
             f"{path} now points elsewhere and the file it pointed to ({old}) is gone: "
-            f"lines written there after offset {_offset(cur)} may be missing"
+            f"lines written there after offset {lc.offset(cur)} may be missing"
         )
         return None
     with f:
-        pos, done = rd.read(f, _offset(cur))
-        return None if done else {**_stamp(f, pos), "target": old}
+        pos, done = rd.read(f, lc.offset(cur))
+        return None if done else {**lc.stamp(f, pos), "target": old}
 
 
 def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) -> TailResult:
@@ -328,8 +263,8 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) ->
         backlog = size if first else 0  # lines written before the collector read the log
         if cursor:
             same_inode = cursor.get("inode") == st.st_ino
-            if same_inode and _offset(cursor) <= size and _matches(snap.head, size, cursor, f):
-                start = _offset(cursor)
+            if same_inode and lc.offset(cursor) <= size and lc.matches(snap.head, size, cursor, f):
+                start = lc.offset(cursor)
                 backlog = int(cursor.get("backlog", 0))
                 if not cursor.get("fp_len"):  # taken on an empty file: was it copied since?
                     watch += _copies_since(rd, snap, cursor, {w["inode"] for w in watch})
@@ -350,10 +285,10 @@ def _tail(rd: _Reader, path: str, cursor: Cursor | None, first: bool = False) ->
             rd.backlog = None
         if _head(f, len(snap.head)) != snap.head:  # truncated while read: what came is another
             del res.rows[kept:]  # file's; the next run finds the copy of this one
-            res.cursor = _cursor(st.st_ino, snap.head[: min(size, FP_BYTES)], start)
+            res.cursor = lc.at(st.st_ino, snap.head[: min(size, FP_BYTES)], start)
             pos = start
         else:
-            res.cursor = _stamp(f, pos)
+            res.cursor = lc.stamp(f, pos)
         if backlog > pos:  # the rest of the backlog is read by later runs, dated alike
             res.cursor["backlog"] = backlog
         if not res.cursor["fp_len"]:
@@ -384,8 +319,8 @@ def _finish_watched(rd: _Reader, snap: Snap, watched: list[Cursor]) -> list[Curs
         i = _find(snap.rotated, w, by_inode=True)
         if i is not None:
             g = snap.rotated[i]
-            pos, _ = rd.read(g.f, _offset(w))
-            out.append(_stamp(g.f, pos))
+            pos, _ = rd.read(g.f, lc.offset(w))
+            out.append(lc.stamp(g.f, pos))
     return out
 
 
@@ -405,15 +340,15 @@ def _finish_old(
         zipped = f" (compressed, not read: {', '.join(snap.packed)})" if snap.packed else ""
         rd.res.notes.append(
             f"{path} was {what} and its old file (inode {cur.get('inode')}) is not among the "
-            f"rotated names{zipped}: lines written after offset {_offset(cur)} may be missing"
+            f"rotated names{zipped}: lines written after offset {lc.offset(cur)} may be missing"
         )
         return None, []  # without the old file, no rotated generation is known to be newer
     read: list[Cursor] = []
     for k, g in enumerate(cands[hit:]):
         # copies of a file truncated since are whole: a torn last line is kept as it is
         final = truncated_in_place and g.st.st_ino != cur.get("inode")
-        pos, done = rd.read(g.f, _offset(cur) if k == 0 else 0, final=final)
-        stamp = _stamp(g.f, pos)
+        pos, done = rd.read(g.f, lc.offset(cur) if k == 0 else 0, final=final)
+        stamp = lc.stamp(g.f, pos)
         if not done:
             return stamp, []
         read.append(stamp)
@@ -429,5 +364,5 @@ def _copies_since(rd: _Reader, snap: Snap, cur: Cursor, watched: set[int]) -> li
     for g in snap.rotated:
         if g.st.st_ino not in watched and g.st.st_mtime > t and g.st.st_size > 0:
             pos, _ = rd.read(g.f, 0)
-            read.append(_stamp(g.f, pos))
+            read.append(lc.stamp(g.f, pos))
     return read

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collector import __version__, exitcodes, logtail, scrape, spool
+from collector import __version__, exitcodes, logcursor, scrape, spool
 from collector.nvml import Nvml
 from collector.procfs import ProcFS
 from collector.runlock import restamp, run_limit
@@ -164,7 +164,7 @@ def collect_run(
 @dataclass
 class _Gathered:
     tables: dict[str, list[dict[str, Any]]]
-    cursors: dict[str, logtail.Cursor]  # to save once the files are written
+    cursors: dict[str, logcursor.Cursor]  # to save once the files are written
     labels: dict[str, dict[str, int]]  # to save before they are (logtail.tail)
     drained: spool.Drained  # spool files to delete once the files are written
     ledger: Ledger
@@ -223,8 +223,8 @@ def _sample_and_read(
             break
         stop.wait(max(0.0, t0 + cfg.interval - time.monotonic()))
     # logs and the spool once per run, at its end: everything up to now
-    cursors = logtail.load_cursors(cfg.state_dir / CURSORS)
-    labels: dict[str, dict[str, int]] = logtail.load_cursors(cfg.state_dir / LABELS)
+    cursors = logcursor.load_cursors(cfg.state_dir / CURSORS)
+    labels: dict[str, dict[str, int]] = logcursor.load_cursors(cfg.state_dir / LABELS)
     now = dt.datetime.now(dt.UTC)
     end: list[Source] = [
         LogSource(p, _saved(cursors, p), _saved(labels, p) or {}, now, cfg.host, cfg.log_max_bytes)
@@ -286,7 +286,7 @@ def _write(
     now = dt.datetime.now(dt.UTC)
     try:
         if cfg.logs:  # before the rows: a repeat after a crash must label them the same
-            logtail.save_cursors(cfg.state_dir / LABELS, got.labels)
+            logcursor.save_cursors(cfg.state_dir / LABELS, got.labels)
     except OSError as e:
         ledger.fail("logs", f"cannot save {LABELS} in {cfg.state_dir}: {e.strerror or e}")
     writer = BucketWriter(cfg.bucket, cfg.host)
@@ -318,7 +318,7 @@ def _write(
         ledger.fail("allocator", f"snapshots not written to {cfg.bucket}: {e}")
     try:
         if cfg.logs and "log_lines" not in refused:  # else the next run reads them again
-            logtail.save_cursors(cfg.state_dir / CURSORS, got.cursors)
+            logcursor.save_cursors(cfg.state_dir / CURSORS, got.cursors)
     except OSError as e:  # the lines are in the bucket: the next run reads them again, deduped
         ledger.fail("logs", f"cannot save the log cursor in {cfg.state_dir}: {e.strerror or e}")
     # what the bucket refused stays in the spool for the next run; what it took goes

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector import httpprobe, logtail, scrape, spool
+from collector import httpprobe, logcursor, logtail, scrape, spool
 from collector.nvml import Nvml, NvmlUnavailable
 from collector.procfs import ProcFS
 
@@ -273,7 +273,7 @@ class LogSource(Source):
     def __init__(
         self,
         path: str,
-        cursor: logtail.Cursor | None,
+        cursor: logcursor.Cursor | None,
         labels: dict[str, int],
         now: dt.datetime,
         host: str,

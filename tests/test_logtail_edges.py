@@ -9,7 +9,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from collector import logtail
+from collector import logcursor, logtail
 from collector.logtail import MAX_LINE, tail
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -25,12 +25,12 @@ def _add(path, text: str) -> None:
         f.write(text)
 
 
-def _cur(res: logtail.TailResult) -> logtail.Cursor:
+def _cur(res: logtail.TailResult) -> logcursor.Cursor:
     assert res.cursor is not None
     return res.cursor
 
 
-def _rotated_once(tmp_path: Path) -> tuple[Path, logtail.Cursor, logtail.Cursor]:
+def _rotated_once(tmp_path: Path) -> tuple[Path, logcursor.Cursor, logcursor.Cursor]:
     """server.log with line 0 read (cursor c1), renamed to server.log.1, line 1 written to
     a new server.log and read (cursor c2, watching the renamed file)."""
     log = tmp_path / "server.log"
@@ -217,7 +217,7 @@ def test_after_a_cursor_on_an_empty_file_only_newer_copies_are_read(tmp_path) ->
         os.utime(tmp_path / name, (mtime, mtime))
     six = tmp_path / "server.log.6"
     with open(six, "rb") as f:
-        cur["watch"] = [logtail._stamp(f, len(LINE.format(n=60)) + 1)]
+        cur["watch"] = [logcursor.stamp(f, len(LINE.format(n=60)) + 1)]
     res = tail(str(log), cur, NOW, "h")
     assert _texts(res) == [LINE.format(n=n) for n in (61, 1, 2)]
     assert [r["offset"] for r in res.rows] == [
@@ -317,7 +317,7 @@ def test_a_file_smaller_than_the_fingerprint_when_listed_is_not_the_cursors(tmp_
     f = tmp_path / "grown"
     f.write_text(_lines(0, 2))
     with open(f, "rb") as fh:
-        cur = logtail._stamp(fh, 0)
-        assert logtail._matches(fh, f.stat().st_size, cur)
+        cur = logcursor.stamp(fh, 0)
+        assert logcursor.matches(fh, f.stat().st_size, cur)
         # listed when it was shorter than the fingerprint: grown since, not the same file
-        assert not logtail._matches(fh, cur["fp_len"] - 1, cur)
+        assert not logcursor.matches(fh, cur["fp_len"] - 1, cur)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from collector import exitcodes
-from collector.logtail import load_cursors, save_cursors, tail
+from collector.logcursor import load_cursors, save_cursors
+from collector.logtail import tail
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 BATCH = "[2025-11-11 04:28:30] Decode batch, #running-req: {n}, #token: 7171, token usage: 0.04, gen throughput (token/s): 86.14, #queue-req: 0\n"

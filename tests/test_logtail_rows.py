@@ -8,7 +8,8 @@ import hashlib
 import json
 import os
 
-from collector.logtail import MAX_LINE, load_cursors, save_cursors, tail
+from collector.logcursor import load_cursors, save_cursors
+from collector.logtail import MAX_LINE, tail
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
 STAMPED = dt.datetime(2025, 11, 11, 4, 28, 30, tzinfo=dt.UTC)  # BATCH's time

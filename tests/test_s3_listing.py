@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from motoserver import MOTO, moto_s3, s3_with_bucket
 
-from collector import layout
+from collector import layout, layoutscan
 
 pytestmark = pytest.mark.skipif(MOTO is None, reason="moto[server] missing")
 
@@ -239,7 +239,7 @@ def test_data_in_a_folder_no_table_reads_is_named(odd_buckets, scope) -> None:
         k if "/" not in k else k.split("/")[0] for k, sc in FOREIGN.items() if scope in sc
     )
     for root, fs in ((local, None), ("odd", s3)):
-        got = layout.foreign_tables(root, _known_table, fs, date_ok, host_ok)
+        got = layoutscan.foreign_tables(root, _known_table, fs, date_ok, host_ok)
         assert [g.removeprefix(root).strip("/") for g in got] == want, fs
 
 
