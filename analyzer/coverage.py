@@ -19,6 +19,7 @@ import duckdb
 from analyzer.findings import FindingsDocument, host_reason
 from analyzer.packs import Pack, Rule
 from analyzer.progress import plural
+from analyzer.sampling import IDLE_UNTOLD
 from collector.schema import TABLES
 
 # What each input adds, in words, for the "could not check" block.
@@ -160,6 +161,10 @@ def _runs_only(con: duckdb.DuckDBPyConnection, doc: FindingsDocument, seen: set[
 # where a rule reads one of these, its verdict rests on idle windows
 IDLE_INPUTS = re.compile(r"\bidle_(?:trend|segments|runs|windows)\b")
 IDLE_LACK = "GPU utilisation or request activity (the server log's batch lines or /metrics)"
+NEVER_IDLE_LACK = "idle windows: the server always had a request running"
+NEVER_IDLE_SPAN_H = 6  # hours of samples from which a GPU without idle windows is named
+NEVER_IDLE_WINDOWS = 4  # fewer idle windows than GM001 needs in a lifetime (its min_windows)
+PROBE_BINS = 8  # allocator-probe bins from which AP001-AP003 judge a GPU (GM001's probe_min_bins)
 
 
 def _idle_blind(
@@ -183,30 +188,103 @@ def _idle_blind(
         blind = [(h, gpus) for h, gpus in quiet if h not in (busy or set())]
     except duckdb.Error:
         return  # no device samples, or no activity table: nothing to judge by idle windows
-    idle_rules = sorted(
+    idle_rules = _idle_rules(rules, ran)
+    if not idle_rules:
+        return
+    for host, gpus in blind:
+        mine = _unjudged(doc, host, idle_rules)
+        if not mine:
+            continue
+        _not_judged(
+            doc,
+            host,
+            f"{IDLE_UNTOLD} on GPU {', '.join(map(str, gpus))} "
+            f"(no GPU utilisation in its samples, no request activity): "
+            f"{', '.join(r.id for r in mine)} read no idle window there, so leak or "
+            "cache is not judged; add utilization.gpu to the nvidia-smi query, or import "
+            "the server log",
+            mine,
+            IDLE_LACK,
+        )
+    _never_idle(con, doc, idle_rules, {h for h, _ in blind})
+
+
+def _idle_rules(rules: Iterable[Rule], ran: set[str]) -> list[Rule]:
+    """The rules that ran and judge by idle windows."""
+    return sorted(
         (r for r in rules if r.id in ran and IDLE_INPUTS.search(r.sql)), key=attrgetter("id")
     )
-    if not blind or not idle_rules:
+
+
+def _unjudged(doc: FindingsDocument, host: str, idle_rules: list[Rule]) -> list[Rule]:
+    """``idle_rules`` less those with a finding on ``host``: they found something to judge."""
+    fired = {f.rule_id for f in doc.findings if f.host == host}
+    return [r for r in idle_rules if r.id not in fired]
+
+
+def _not_judged(
+    doc: FindingsDocument, host: str, reason: str, idle_rules: list[Rule], lacked: str
+) -> None:
+    """Name ``host`` as incomplete, and move ``idle_rules`` to its not-checked list."""
+    doc.run.incomplete.append(host_reason(host, reason))
+    entry = next((c for c in doc.coverage if c["host"] == host), None)
+    if entry is None:
         return
-    by_host = {c["host"]: c for c in doc.coverage}
-    for host, gpus in blind:
-        doc.run.incomplete.append(
-            host_reason(
-                host,
-                f"idle windows cannot be told on GPU {', '.join(map(str, gpus))} "
-                f"(no GPU utilisation in its samples, no request activity): "
-                f"{', '.join(r.id for r in idle_rules)} read no idle window there, so leak or "
-                "cache is not judged; add utilization.gpu to the nvidia-smi query, or import "
-                "the server log",
+    for r in idle_rules:
+        if r.id in entry["checked"]:
+            entry["checked"].remove(r.id)
+            entry["not_checked"].append(
+                {"rule_id": r.id, "title": r.title, "lacked": [lacked], "hint": None}
             )
-        )
-        entry = by_host.get(host)
-        if entry is None:
+    entry["complete"] = False
+
+
+def _never_idle(
+    con: duckdb.DuckDBPyConnection,
+    doc: FindingsDocument,
+    idle_rules: list[Rule],
+    blind: set[str],
+) -> None:
+    """GPUs with hours of samples and a utilisation reading (or request activity) that
+    were idle too seldom to judge: a server that always has a request running never shows
+    its memory at rest, so the rules that compare idle windows read nothing there and
+    their silence would read as "no leak". Where the allocator probe covers the GPU, its
+    rules judge instead; else the host is named and the run is incomplete."""
+    if not idle_rules:
+        return
+    try:
+        rows = con.execute(
+            f"""
+            SELECT i.host, list(i.gpu_index ORDER BY i.gpu_index),
+                   max(epoch(i.last_ts) - epoch(i.first_ts)) / 3600,
+                   max(coalesce(w.n, 0))
+            FROM gpu_info i
+            LEFT JOIN (SELECT host, gpu_index, count(*) AS n FROM idle_windows GROUP BY ALL) w
+                   USING (host, gpu_index)
+            WHERE epoch(i.last_ts) - epoch(i.first_ts) >= {NEVER_IDLE_SPAN_H} * 3600
+              AND coalesce(w.n, 0) < {NEVER_IDLE_WINDOWS}
+              AND NOT EXISTS (SELECT 1 FROM alloc_trend a WHERE a.host = i.host
+                              AND a.gpu_index = i.gpu_index AND a.bins >= {PROBE_BINS})
+            GROUP BY i.host ORDER BY i.host
+            """
+        ).fetchall()
+    except duckdb.Error:
+        return  # no device samples or no idle windows derived: nothing to say here
+    for host, gpus, hours, most in rows:
+        mine = _unjudged(doc, host, idle_rules)
+        told = any(IDLE_UNTOLD in r for r in doc.host_reasons(host))  # sampled too sparsely
+        if host in blind or told or not mine:
             continue
-        for r in idle_rules:
-            if r.id in entry["checked"]:
-                entry["checked"].remove(r.id)
-                entry["not_checked"].append(
-                    {"rule_id": r.id, "title": r.title, "lacked": [IDLE_LACK], "hint": None}
-                )
-        entry["complete"] = False
+        _not_judged(
+            doc,
+            host,
+            f"GPU {', '.join(map(str, gpus))} had {'at most ' if len(gpus) > 1 else ''}"
+            f"{plural(int(most), 'idle window')} (the GPU near idle with no request running) "
+            f"in {hours:.1f} h of samples: "
+            f"a server that is never idle never shows its memory at rest, so "
+            f"{', '.join(r.id for r in mine)} read too few idle windows there and leak "
+            "or cache is not judged; `leakcollect probe env` records PyTorch's allocated "
+            "memory, which the allocator-probe rules (AP001-AP003) judge without idle windows",
+            mine,
+            NEVER_IDLE_LACK,
+        )

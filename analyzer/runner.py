@@ -258,6 +258,8 @@ def _analyze(
                 )
         doc.run.rules = statuses
         clock = time.perf_counter()
+        # hosts sampled too sparsely for their buckets first: coverage does not name them again
+        doc.run.incomplete += sampling.unserved(con, opened.intervals)
         # per host: what could and could not be checked
         coverage.build(con, doc, packs, opened.hosts)
         doc.findings.sort(key=Finding.sort_key)
@@ -268,7 +270,6 @@ def _analyze(
                 series.fill(con, doc)
             lap("series")
         doc.run.incomplete += [f"{LEFT_OUT}{line}" for line in opened.skipped]
-        doc.run.incomplete += sampling.unserved(con, opened.intervals)
         doc.run.incomplete += clockcheck.log_clock_offsets(con)
         doc.run.incomplete += opened.unread
         doc.run.gaps += opened.quarantined

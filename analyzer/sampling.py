@@ -27,6 +27,9 @@ from analyzer import rollup
 from analyzer.findings import host_reason
 from collector import filecheck
 
+# the words that say a host's idle windows could not be told (analyzer.coverage reads them)
+IDLE_UNTOLD = "idle windows cannot be told"
+
 
 def samples_span(files: list[filecheck.FileCheck], hi: dt.datetime) -> float | None:
     """Seconds from the first to the last device sample, from the files' footers
@@ -118,7 +121,7 @@ def unserved(con: duckdb.DuckDBPyConnection, intervals: dict[str, float]) -> lis
         host_reason(
             host,
             f"device samples about {iv:,.0f} s apart, wider than this analysis's "
-            f"{width:g} s buckets: its idle windows cannot be told (give --param "
+            f"{width:g} s buckets: its {IDLE_UNTOLD} (give --param "
             f"rollup.bucket_s=N, N at least the interval, with --host {host})",
         )
         for host, iv in sparse.items()

@@ -1,25 +1,30 @@
 -- Idle-baseline trend per GPU and process lifetime (segment: the lifetime's id,
 -- unique per GPU; pid: its process, NULL where inferred or none): robust
 -- (Theil-Sen, bounded) slope, growth in the early and late halves of its time (saturation test),
--- and the share of window-to-window steps that rose (see w).
+-- and the share of steps between windows that rose (see w).
 CREATE OR REPLACE TABLE idle_trend AS
--- A step is from one window to the one g later: g = 1 while a lifetime has at most 64
--- windows, past that n / 64 (rounded up), so that a slow leak over many windows (30 MiB/h
--- with a window every 5 min rises 2.5 MiB a step, under the noise) is still seen rising.
+-- A step is from a window back to the last window at least a 64th of the lifetime's
+-- time before it (in time, not in count: idle windows crowd into quiet hours, a night's
+-- dozens of them minutes apart, and a step between two of those is under the noise
+-- however fast the leak runs by day; 30 MiB/h with a window every 5 min rises 2.5 MiB
+-- a step). Windows in the lifetime's first 64th have no step.
 WITH w0 AS (
     SELECT *,
            (epoch(start) + epoch("end")) / 2 AS t,
            row_number() OVER (PARTITION BY host, gpu_index, segment ORDER BY start) AS k,
            count(*) OVER (PARTITION BY host, gpu_index, segment) AS n,
            (min(epoch(start)) OVER (PARTITION BY host, gpu_index, segment)
-            + max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)) / 2 AS t_mid
+            + max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)) / 2 AS t_mid,
+           (max(epoch("end")) OVER (PARTITION BY host, gpu_index, segment)
+            - min(epoch(start)) OVER (PARTITION BY host, gpu_index, segment)) / 64 AS reach
     FROM idle_windows
 ),
 w AS (
-    SELECT *,
-           baseline - lag(baseline, g) OVER (PARTITION BY host, gpu_index, segment ORDER BY start)
-               AS step
-    FROM (SELECT *, CAST(greatest(1, ceil(n / 64)) AS BIGINT) AS g FROM w0)
+    SELECT a.*, a.baseline - b.baseline AS step
+    FROM w0 a
+    ASOF LEFT JOIN (SELECT host, gpu_index, segment, t, baseline FROM w0) b
+        ON a.host = b.host AND a.gpu_index = b.gpu_index AND a.segment = b.segment
+       AND a.t - greatest(a.reach, 1) >= b.t
 ),
 -- Theil-Sen over every pair of windows while a lifetime has at most 64 of them,
 -- past that, the pairs at 32 fixed offsets spread over the lifetime (from the next
@@ -66,10 +71,15 @@ agg AS (
            -- idle windows can be unevenly spaced, and a straight line must not look levelled off)
            -- (of two equally near, the earlier)
            arg_min(baseline, (abs(t - t_mid), k)) AS mid_baseline,
-           count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(max(n) - max(g), 1) AS up_fraction,
+           count(*) FILTER (WHERE step > $step_noise_mib * 1048576.0) / greatest(count(step), 1) AS up_fraction,
            max(total) AS total,
-           arg_min(kv_idle, k) AS first_kv_idle,
-           arg_max(kv_idle, k) AS last_kv_idle,
+           -- KV usage at idle in the first and last quarter of the windows (by count; at
+           -- least one window each): their medians, and how far apart the quarters stand
+           -- (the first's upper quartile, the last's lower), so one high reading is no trend
+           median(kv_idle) FILTER (WHERE k <= ceil(n / 4)) AS first_kv_idle,
+           median(kv_idle) FILTER (WHERE k > n - ceil(n / 4)) AS last_kv_idle,
+           quantile_cont(kv_idle, 0.75) FILTER (WHERE k <= ceil(n / 4)) AS first_kv_high,
+           quantile_cont(kv_idle, 0.25) FILTER (WHERE k > n - ceil(n / 4)) AS last_kv_low,
            max(cum_requests) - min(cum_requests) AS requests
     FROM w GROUP BY ALL
 )
