@@ -30,8 +30,10 @@ GEN_DEFAULTS: dict[str, Any] = {
     # engine metrics, emitted every 30 s when set (0 = not emitted)
     "kv_idle": -1.0,  # KV usage at idle (sglang:token_usage); < 0 = no KV metric
     "kv_idle_rise_per_cycle": 0.0,
+    "kv_idle_offsets": [],  # added to the idle KV usage of cycle c: offsets[c % len], e.g. noise
     "requests_per_cycle": 0,  # sglang:num_requests_total counter
     "requests_rise_per_cycle": 0,  # requests_per_cycle grows by this each cycle
+    "requests_offsets": [],  # added to requests_per_cycle in cycle c: offsets[c % len]
     "rss_mib": 0.0,  # process_resident_memory_bytes
     "rss_growth_mib_per_cycle": 0.0,
     "proc_rss_mib": 0.0,  # VmRSS of the main pid in gpu_processes (needs pid), same growth
@@ -119,6 +121,8 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
                 per_cycle = float(p["requests_per_cycle"]) + c * float(p["requests_rise_per_cycle"])
+                if p["requests_offsets"]:
+                    per_cycle += float(p["requests_offsets"][c % len(p["requests_offsets"])])
                 done = per_cycle * step / max(int(p["busy_s"]), 1) if busy else 0.0
                 requests += done
                 latency_sum += done * (
@@ -131,9 +135,11 @@ def generate_gpu(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                         {"tp_rank": str(gpu)},
                     )
                     if p["kv_idle"] >= 0:
+                        offsets = p["kv_idle_offsets"]
                         kv = (
                             float(p["kv_idle"])
                             + c * float(p["kv_idle_rise_per_cycle"])
+                            + (float(offsets[c % len(offsets)]) if offsets else 0.0)
                             + (0.3 if busy else 0.0)
                         )
                         metric("sglang:token_usage", min(kv, 1.0), {"tp_rank": str(gpu)})

@@ -23,8 +23,8 @@ growth points at allocator cache.
 """
 references  = ["https://github.com/sgl-project/sglang/issues/8902", "https://github.com/sgl-project/sglang/issues/9365"]
 equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
-  {mutant = "drop WHERE `first_kv_idle IS NOT NULL` @ AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL", reason = "first_kv_idle and last_kv_idle are arg_min and arg_max of the same idle KV readings (04_idle_trend.sql), which skip NULLs: both are NULL exactly when a lifetime has no reading, so either conjunct alone keeps the same rows"},
-  {mutant = "drop WHERE `last_kv_idle IS NOT NULL` @ AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL", reason = "first_kv_idle and last_kv_idle are arg_min and arg_max of the same idle KV readings (04_idle_trend.sql), which skip NULLs: both are NULL exactly when a lifetime has no reading, so either conjunct alone keeps the same rows"},
+  {mutant = "drop WHERE `first_kv_idle IS NOT NULL` @ AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL", reason = "first_kv_idle and last_kv_idle are medians of the idle KV readings of a lifetime's first and last quarter of windows (04_idle_trend.sql); a lifetime that lacks either has a NULL KV change, which max() in the HAVING passes over as it would the row, so either conjunct alone gives the same verdicts"},
+  {mutant = "drop WHERE `last_kv_idle IS NOT NULL` @ AND first_kv_idle IS NOT NULL AND last_kv_idle IS NOT NULL", reason = "first_kv_idle and last_kv_idle are medians of the idle KV readings of a lifetime's first and last quarter of windows (04_idle_trend.sql); a lifetime that lacks either has a NULL KV change, which max() in the HAVING passes over as it would the row, so either conjunct alone gives the same verdicts"},
 ]
 [params]
 min_growth_mib = 256
