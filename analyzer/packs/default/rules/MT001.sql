@@ -6,12 +6,16 @@ category    = "memory.threshold"
 severity    = "warning"
 requires    = ["gpu_samples"]
 missing_hint = "device memory samples: `leakcollect run` on the host, or `nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu --format=csv -l 10 > smi.csv` imported with `leakcollect import nvidia-smi-csv smi.csv --tz ZONE`"
-evidence    = ["used_pct", "recent_peak_mib", "total_mib", "rate_mib_per_h", "restart_now"]
+evidence    = ["used_pct", "recent_peak_mib", "total_mib", "rate_mib_per_h", "hours_to_full", "restart_now"]
 description = """
 Field alert levels: $warning_pct % warning, $critical_pct % critical, and above
-$restart_pct % while still growing, restart now. A GPU that sits high but flat
-(vLLM pre-allocating gpu_memory_utilization, SGLang's static pool) is not
-alerted: only GPUs whose idle baseline is rising (a leak-like trend) are.
+$restart_pct % while still growing, restart now; critical and restart now only
+where the growth fills the GPU within $restart_within_h h (SGLang runs at 88 %
+from start-up: a slow leak there is days from its OOM). A GPU that sits high but
+flat (vLLM pre-allocating gpu_memory_utilization, SGLang's static pool) is not
+alerted: only GPUs whose idle baseline is rising (a leak-like trend) are, judged
+on the latest process lifetime (a restart into a fixed build stops the alert),
+or on the earlier ones while the latest has too few idle windows to tell.
 """
 remediation = """
 Above the restart level and growing: restart the server now, in a quiet
@@ -28,13 +32,24 @@ min_rate_mib_per_h = 16.0
 min_windows = 4
 min_late_fraction = 0.35
 min_up_fraction = 0.6
+restart_within_h = 24.0  # critical and "restart now" only where the GPU fills within this
 ---*/
-WITH rate AS (
-    SELECT host, gpu_index, median(slope_bps) * 3600 / 1048576 AS rate
+WITH lt AS (
+    SELECT *,
+           n >= $min_windows AND late_growth_bytes > 0
+               AND late_growth_bytes >= $min_late_fraction * early_growth_bytes
+               AND up_fraction >= $min_up_fraction AS growing,
+           row_number() OVER (PARTITION BY host, gpu_index ORDER BY last_end DESC, segment DESC) = 1 AS latest
     FROM idle_trend
-    WHERE n >= $min_windows AND late_growth_bytes > 0
-      AND late_growth_bytes >= $min_late_fraction * early_growth_bytes AND up_fraction >= $min_up_fraction
-    GROUP BY ALL
+),
+rate AS (
+    -- the latest lifetime's own rate where it has the windows to tell (none: not growing),
+    -- else the median of the growing lifetimes (a young process after a restart)
+    SELECT host, gpu_index,
+           CASE WHEN max(n) FILTER (WHERE latest) >= $min_windows
+                THEN max(slope_bps) FILTER (WHERE latest AND growing)
+                ELSE median(slope_bps) FILTER (WHERE growing) END * 3600 / 1048576 AS rate
+    FROM lt GROUP BY ALL
 ),
 recent AS (
     SELECT g.host, g.gpu_index, max(g.used_max) AS peak, max(g.total) AS total, min(g.b) AS start, max(g.b_end) AS "end"
@@ -44,14 +59,21 @@ recent AS (
     WHERE g.b >= l.last_b - to_minutes(CAST($recent_minutes AS BIGINT))
     GROUP BY g.host, g.gpu_index
 )
-SELECT c.host, c.gpu_index AS gpu, NULL AS pid, c.start, c."end",
-       CASE WHEN 100.0 * c.peak / c.total >= $critical_pct THEN 'critical' ELSE 'warning' END AS severity,
-       round(100.0 * c.peak / c.total, 1) AS used_pct, round(c.peak / 1048576, 0) AS recent_peak_mib,
-       round(c.total / 1048576, 0) AS total_mib, round(r.rate, 1) AS rate_mib_per_h,
-       100.0 * c.peak / c.total > $restart_pct AS restart_now,
-       format('GPU {} on {} is at {:.0f} % and still growing ({:.0f} MiB/h){}.', c.gpu_index, c.host,
-              100.0 * c.peak / c.total, r.rate,
-              CASE WHEN 100.0 * c.peak / c.total > $restart_pct THEN ': restart now' ELSE '' END) AS summary
-FROM recent c JOIN rate r USING (host, gpu_index)
-WHERE 100.0 * c.peak / c.total >= $warning_pct AND r.rate >= $min_rate_mib_per_h
-ORDER BY c.host, c.gpu_index
+SELECT host, gpu, pid, start, "end",
+       CASE WHEN used_pct >= $critical_pct AND soon THEN 'critical' ELSE 'warning' END AS severity,
+       round(used_pct, 1) AS used_pct, recent_peak_mib, total_mib, round(rate, 1) AS rate_mib_per_h,
+       round(hours_to_full, 1) AS hours_to_full,
+       used_pct > $restart_pct AND soon AS restart_now,
+       format('GPU {} on {} is at {:.0f} % and still growing ({:.0f} MiB/h, full in about {:.0f} h){}.',
+              gpu, host, used_pct, rate, hours_to_full,
+              CASE WHEN used_pct > $restart_pct AND soon THEN ': restart now' ELSE '' END) AS summary
+FROM (
+    SELECT c.host, c.gpu_index AS gpu, NULL AS pid, c.start, c."end", r.rate,
+           100.0 * c.peak / c.total AS used_pct, round(c.peak / 1048576, 0) AS recent_peak_mib,
+           round(c.total / 1048576, 0) AS total_mib,
+           greatest(c.total - c.peak, 0) / 1048576 / r.rate AS hours_to_full,
+           greatest(c.total - c.peak, 0) / 1048576 / r.rate <= $restart_within_h AS soon
+    FROM recent c JOIN rate r USING (host, gpu_index)
+    WHERE 100.0 * c.peak / c.total >= $warning_pct AND r.rate >= $min_rate_mib_per_h
+)
+ORDER BY host, gpu
