@@ -20,6 +20,9 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation) or
 max_split_size_mb, or call torch.cuda.empty_cache() at idle.
 """
 references  = ["https://pytorch.org/docs/stable/notes/cuda.html#memory-management"]
+equivalent  = [  # mutants that cannot change the result (leakreport rules test --mutate)
+  {mutant = "drop WHERE `o.segment <> idle_trend.segment` @ AND o.segment <> idle_trend.segment AND o.n >= $min_windows", reason = "a lifetime cannot count against itself: it is a candidate only with late growth below max_late_fraction of its early growth, and counts only with late growth at or above it"},
+]
 [params]
 min_growth_mib = 256
 min_windows = 4
@@ -45,4 +48,12 @@ FROM idle_trend
 WHERE n >= $min_windows
   AND growth_bytes >= $min_growth_mib * 1048576.0
   AND late_growth_bytes < $max_late_fraction * early_growth_bytes
+  -- cache only where no other lifetime of the GPU grew as much without levelling off: in
+  -- a restart sawtooth a lifetime whose late idle windows were few looks levelled off,
+  -- and "not a leak" beside the leak of the lifetimes around it is no verdict
+  AND NOT EXISTS (SELECT 1 FROM idle_trend o
+                  WHERE o.host = idle_trend.host AND o.gpu_index = idle_trend.gpu_index
+                    AND o.segment <> idle_trend.segment AND o.n >= $min_windows
+                    AND o.growth_bytes >= $min_growth_mib * 1048576.0
+                    AND o.late_growth_bytes >= $max_late_fraction * o.early_growth_bytes)
 ORDER BY host, gpu_index, first_start, segment

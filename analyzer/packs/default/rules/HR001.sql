@@ -12,7 +12,9 @@ Resident memory of a server process (VmRSS from /proc, or the server's own
 process_resident_memory_bytes) compared across the quarters of its lifetime:
 growth of at least $min_growth_mib MiB that is still going on in the last
 quarter, while the request rate is flat or falling, is a host-memory leak
-rather than more work.
+rather than more work. The rate is compared at the two ends of the series: over
+its halves, or over as many whole days as fit in a half where it spans two days
+or more, so that day and night traffic is no rise.
 """
 remediation = """
 Host-RAM leaks in vLLM (>= 0.7) serving vision-language models (Qwen2-VL) are
@@ -82,15 +84,24 @@ grown AS (
       AND q4 - q1 >= $min_growth_mib * 1048576.0
       AND q4 - q3 >= $min_late_fraction * (q4 - q1)
 ),
+half AS (
+    -- the stretch whose request rate is compared at each end: half the series, or where
+    -- it spans two days or more, as many whole days as fit in half of it (day and night
+    -- traffic puts more afternoons in one half of 72 h than in the other)
+    SELECT *, CASE WHEN "end" - start >= INTERVAL 2 DAY
+                   THEN to_days(CAST(floor(epoch("end" - start) / 86400 / 2) AS INTEGER))
+                   ELSE ("end" - start) / 2 END AS len
+    FROM grown
+),
 rate AS (
     SELECT l.host, l.pid, l.started, l.source,
            (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
               FROM requests r WHERE r.host = l.host AND r.ts >= l.start
-               AND r.ts < l.start + (l."end" - l.start) / 2) AS early,
+               AND r.ts < l.start + l.len) AS early,
            (SELECT (max(r.cum_requests) - min(r.cum_requests)) / nullif(epoch(max(r.ts)) - epoch(min(r.ts)), 0)
-              FROM requests r WHERE r.host = l.host AND r.ts >= l.start + (l."end" - l.start) / 2
+              FROM requests r WHERE r.host = l.host AND r.ts >= l."end" - l.len
                AND r.ts <= l."end") AS late
-    FROM grown l
+    FROM half l
 ),
 hits AS (
     SELECT l.*, r.early, r.late, (l.q4 - l.q1) AS growth, (l.q4 - l.q3) AS late_growth,
