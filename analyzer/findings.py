@@ -34,6 +34,16 @@ def iso_utc(v: Any) -> str | None:
     return str(v)
 
 
+def iso_not_after(when: str | None, now: str | None) -> bool:
+    """Is ISO time ``when`` at or before ``now`` (both given and readable)?"""
+    if not when or not now:
+        return False
+    try:
+        return dt.datetime.fromisoformat(when) <= dt.datetime.fromisoformat(now)
+    except ValueError:
+        return False
+
+
 # the words of a data-gap line that says rows were quarantined (analyzer.bucket writes
 # them; the week store refuses a week that has one)
 QUARANTINED = " row(s) quarantined, stamped "
@@ -176,6 +186,9 @@ class AllocSeries:
     allocated: list[int]
     reserved: list[int]
     nvml: list[int | None]
+
+
+MAX_EVENTS_PER_KIND = 60  # the last this many server-log events of each kind, per host
 
 
 @dataclass

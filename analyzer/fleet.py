@@ -109,6 +109,7 @@ class FleetView:
     data_end: str | None = None
     incomplete: list[str] = field(default_factory=list)  # what the week's analysis could not check
     previous_incomplete: list[str] = field(default_factory=list)  # ... and the week before's
+    gaps: list[str] = field(default_factory=list)  # hosts that stopped reporting, failed sources
 
     @property
     def silent_hosts(self) -> list[str]:
@@ -277,4 +278,5 @@ def build(week: str, cur: FindingsDocument, prev: FindingsDocument | None = None
         previous_hosts=len(prev.hosts) if prev is not None else 0,
         incomplete=cur.incomplete_reasons() if cur.hosts else [],
         previous_incomplete=prev.incomplete_reasons() if prev is not None and prev.hosts else [],
+        gaps=list(cur.run.gaps) if cur.hosts else [],
     )

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from analyzer.findings import (
+    MAX_EVENTS_PER_KIND,
     AllocSeries,
     Event,
     FindingsDocument,
@@ -54,12 +55,11 @@ EVENT_SIGNATURES = (
     "image_processor",
     "engine_version",
 )
-MAX_EVENTS_PER_HOST = 60
 # the values of the $names the queries use
 PARAMS: dict[str, Any] = {
     "max_points": MAX_POINTS,
     "signatures": list(EVENT_SIGNATURES),
-    "max_events": MAX_EVENTS_PER_HOST,
+    "max_events": MAX_EVENTS_PER_KIND,
 }
 
 

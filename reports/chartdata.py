@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analyzer.findings import AllocSeries, Event, GpuSeries, KvSeries
+from analyzer.findings import MAX_EVENTS_PER_KIND, AllocSeries, Event, GpuSeries, KvSeries
 
 MIB = 2**20
 RANK_COLORS = (
@@ -175,8 +175,10 @@ def markers(events: list[Event], x0: float, x1: float, plot_w: float) -> list[Ma
         if len(evs) > MERGE_ABOVE:
             ts = [_iso_epoch(e.ts) for e in evs]
             same = len({_signature(e) for e in evs}) == 1
-            text = f"{label} ×{len(evs)}"
-            title = f"{text} ({'identical lines' if same else 'similar lines'}), {_clock(ts[0])} → {_clock(ts[-1])}: {evs[-1].text[:300]}"
+            capped = len(evs) >= MAX_EVENTS_PER_KIND  # the analysis kept only the last ones
+            text = f"{label} ×{len(evs)}{'+' if capped else ''}"
+            kept = f"; only the last {MAX_EVENTS_PER_KIND} are kept" if capped else ""
+            title = f"{text} ({'identical lines' if same else 'similar lines'}{kept}), {_clock(ts[0])} → {_clock(ts[-1])}: {evs[-1].text[:300]}"
             out.append(Marker(ts[0], text, color, None, title, ts))
             continue
         for e in evs:

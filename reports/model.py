@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from analyzer.categories import CATEGORIES, SEVERITIES
-from analyzer.findings import Finding, FindingsDocument, GpuSeries, RuleStatus
+from analyzer.findings import Finding, FindingsDocument, GpuSeries, RuleStatus, iso_not_after
 from analyzer.outputs import data_span
 from analyzer.progress import plural
 from analyzer.verdicts import GpuVerdict, gpu_verdicts
@@ -346,7 +346,14 @@ def _verdict_line(doc: FindingsDocument, verdicts: list[GpuVerdict], incomplete:
     soon = next((v for v in leaks if v.hours_to_oom is not None), None)
     if soon is not None:
         hrs, at = _oom(soon)
-        line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at} UTC)."
+        if iso_not_after(soon.oom_at, doc.run.generated_at):
+            # counted from the data's end: on old data that moment can be behind us
+            line += (
+                f" Soonest out of memory: {soon.host} GPU {soon.gpu}, {hrs} after its last "
+                f"sample (at {at} UTC, already past when this was analysed)."
+            )
+        else:
+            line += f" Soonest out of memory: {soon.host} GPU {soon.gpu} in {hrs} (at {at} UTC)."
     return line + partial
 
 

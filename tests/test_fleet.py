@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 
@@ -238,3 +239,26 @@ def test_a_leaking_host_gone_silent_makes_fleet_exit_3(tmp_path) -> None:
     )
     page = out.read_text()
     assert "no data this week" in page and "1 leaking host of last week silent" in page
+
+
+def test_a_host_that_stopped_mid_week_is_named_with_where_the_data_ends(tmp_path) -> None:
+    """One host leaks and stops reporting 4 h into the week, the other runs on: the page
+    said nothing, and its OOM read as hours from a moment days past. Now the header says
+    where the data ends and a gap line names the host that stopped."""
+    import datetime as dt
+
+    from analyzer.fleet import build as build_view
+    from analyzer.packs import load_packs
+    from analyzer.runner import analyze
+    from reports.fleet import render_fleet
+    from simulator.generate import simulate
+
+    bucket = tmp_path / "b"
+    w48 = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+    simulate("fast-image-processor-leak", bucket, hosts=1, hours=4, seed=5, start=w48)
+    simulate("healthy-static", bucket, hosts=1, hours=30, seed=5, start=w48)
+    page = render_fleet(build_view("2026-W48", analyze(bucket, load_packs())))
+    assert "data to 2026-11-24 06:00:00 UTC" in page
+    (gaps,) = re.findall(r'<details class="incomplete" id="gaps">.*?</details>', page, re.S)
+    assert "fast-image-processor-leak-00: no GPU samples after 2026-11-23T03:59:50Z" in gaps
+    assert "healthy-static" not in gaps

@@ -255,6 +255,39 @@ def test_projection_meets_the_limit_when_it_is_close() -> None:
     )
 
 
+def test_an_oom_time_already_past_at_the_analysis_is_not_a_countdown(sim_doc) -> None:
+    """The first screen counts an OOM from the GPU's last sample; analysed after that
+    moment (old data), it says the moment has passed rather than "in 1 min"."""
+    import dataclasses
+
+    from analyzer.verdicts import gpu_verdicts
+
+    soon = next(v for v in gpu_verdicts(sim_doc) if v.oom_at)
+    for now, past in (("2030-01-01T00:00:00Z", True), ("2026-01-01T00:00:00Z", False)):
+        doc = dataclasses.replace(sim_doc, run=dataclasses.replace(sim_doc.run, generated_at=now))
+        line = re.search(r"Soonest out of memory: [^<]*", render_report(doc, generated_at=FIXED))
+        assert line and soon.host in line[0], line
+        assert ("already past when this was analysed" in line[0]) is past, line[0]
+        assert (" in " in line[0].split(soon.host, 1)[1]) is not past, line[0]
+
+
+def test_a_kind_at_the_analysis_cap_says_that_older_lines_were_not_kept() -> None:
+    from analyzer.findings import MAX_EVENTS_PER_KIND
+    from reports.chartdata import build_spec
+
+    s = _slow_leak()
+    evs = [
+        Event("slow-00", f"2027-01-15T{8 + m // 60:02d}:{m % 60:02d}:00Z", "oom", f"oom {m}")
+        for m in range(MAX_EVENTS_PER_KIND)
+    ]
+    s.t = [_iso(evs[0].ts) + 60.0 * i for i in range(len(s.t))]
+    (oom,) = [m for m in build_spec("c", "m", [s], evs, plot_w=752).markers if "OOM" in m.label]
+    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND}+" and "only the last" in oom.title
+    fewer = build_spec("c", "m", [s], evs[1:], plot_w=752).markers
+    (oom,) = [m for m in fewer if "OOM" in m.label]
+    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND - 1}" and "only the last" not in oom.title
+
+
 def test_repeated_markers_merge_and_labels_never_overlap() -> None:
     from reports.chartdata import CHAR_PX, build_spec
 
@@ -419,6 +452,30 @@ def test_host_report_in_a_real_browser(sim_doc, tmp_path) -> None:
         assert p.errors() == []
         assert p.requests() == [page.resolve().as_uri()]
     assert load_s < 5
+
+
+@needs_chromium
+def test_the_gpu_table_fits_a_narrow_window_and_the_printed_page(sim_doc, tmp_path) -> None:
+    """At 800 px and in print every column of "which GPU needs action" stays on the page
+    (cells wrap), so the OOM time and the first remedy are neither behind a scrollbar nor
+    cut off on paper."""
+    page = write_atomic(tmp_path / "report.html", render_report(sim_doc, generated_at=FIXED))
+    cut = """(() => { const t = document.getElementById('gpu-table');
+        const last = [...t.tBodies[0].rows[0].cells].pop().getBoundingClientRect();
+        return [t.scrollWidth - t.clientWidth, last.right - innerWidth,
+                document.documentElement.scrollWidth - innerWidth]; })()"""
+    with browser.Page(800, 900) as p:
+        p.open(page)
+        assert max(p.eval(cut)) <= 0, p.eval(cut)
+        p.call("Emulation.setEmulatedMedia", media="print")
+        p.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=720,  # a Letter or A4 page's printable width at 96 dpi, about
+            height=960,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        assert max(p.eval(cut)) <= 0, p.eval(cut)
 
 
 @needs_chromium

@@ -198,7 +198,9 @@ def filled() -> tuple[FindingsDocument, dict]:
             "last_ts": [_ts(T0), _ts(T0 + 60), _ts(T0)],
         },
     )
-    logs = [("h1", T0 + i, "oom" if i % 2 else "restart", i) for i in range(70)]
+    # 70 OOMs, and 3 restarts before most of them: each kind keeps its last 60
+    logs = [("h1", T0 + 10 + i, "oom", i) for i in range(70)]
+    logs += [("h1", T0 + i, "restart", 100 + i) for i in range(3)]
     logs += [("h1", T0 + 1000, "batch_stats", 99), ("h2", T0 + 5, "kv_leak_check", 1)]
     _table(
         con,
@@ -319,7 +321,9 @@ def test_kv_hosts_events_gaps_and_allocator(filled) -> None:
         "tp_size": 2,
     }
     h1 = [e for e in doc.events if e.host == "h1"]
-    assert len(h1) == series.MAX_EVENTS_PER_HOST and h1[0].text == "line 10"  # the last 60
+    ooms = [e.text for e in h1 if e.kind == "oom"]
+    assert len(ooms) == series.MAX_EVENTS_PER_KIND and ooms[0] == "line 10"  # the last 60
+    assert [e.text for e in h1 if e.kind == "restart"] == ["line 100", "line 101", "line 102"]
     assert {e.kind for e in h1} == {"oom", "restart"}  # not batch_stats
     assert [e.kind for e in doc.events if e.host == "h2"] == ["memory_snapshot", "kv_leak_check"]
     stale, *failed = doc.run.gaps
