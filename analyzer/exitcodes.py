@@ -9,13 +9,17 @@ INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), as shells report it; nothing wr
 TERMINATED = 143  # stopped by SIGTERM (timeout, systemd, kill), 128 + 15; nothing written
 
 TABLE = (
-    (OK, "clean: nothing at or above --fail-on, everything in scope checked"),
+    (
+        OK,
+        "clean: nothing at or above --fail-on, everything in scope checked that the "
+        "collected inputs allow (rules lacking an input are listed per host)",
+    ),
     (FINDINGS, "findings at or above --fail-on"),
     (ERROR, "usage or input error (bad option, not a bucket, broken pack)"),
     (
         INCOMPLETE,
-        "analysis incomplete: errored rules, unreadable files or no data in scope "
-        "(1 wins when there are also findings)",
+        "analysis incomplete: errored rules, unreadable files, idle windows that "
+        "cannot be told, or no data in scope (1 wins when there are also findings)",
     ),
     (INTERRUPTED, "stopped by Ctrl-C: nothing written at --out"),
     (TERMINATED, "stopped by SIGTERM (timeout, systemd): nothing written at --out"),
