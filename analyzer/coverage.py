@@ -164,6 +164,7 @@ IDLE_LACK = "GPU utilisation or request activity (the server log's batch lines o
 NEVER_IDLE_LACK = "idle windows: the server always had a request running"
 NEVER_IDLE_SPAN_H = 6  # hours of samples from which a GPU without idle windows is named
 NEVER_IDLE_WINDOWS = 4  # fewer idle windows than GM001 needs in a lifetime (its min_windows)
+NEVER_IDLE_SHARE = 0.1  # ... and idle for less than this share of its samples' span
 PROBE_BINS = 8  # allocator-probe bins from which AP001-AP003 judge a GPU (GM001's probe_min_bins)
 
 
@@ -259,10 +260,15 @@ def _never_idle(
                    max(epoch(i.last_ts) - epoch(i.first_ts)) / 3600,
                    max(coalesce(w.n, 0))
             FROM gpu_info i
-            LEFT JOIN (SELECT host, gpu_index, count(*) AS n FROM idle_windows GROUP BY ALL) w
+            LEFT JOIN (SELECT host, gpu_index, max(n) AS n FROM idle_trend GROUP BY ALL) w
                    USING (host, gpu_index)
+            LEFT JOIN (SELECT host, gpu_index, sum(epoch("end") - epoch(start)) AS idle_s
+                       FROM idle_windows GROUP BY ALL) t USING (host, gpu_index)
             WHERE epoch(i.last_ts) - epoch(i.first_ts) >= {NEVER_IDLE_SPAN_H} * 3600
               AND coalesce(w.n, 0) < {NEVER_IDLE_WINDOWS}
+              -- a GPU idle throughout is one long window: nothing moved, nothing to judge
+              AND coalesce(t.idle_s, 0)
+                  < {NEVER_IDLE_SHARE} * (epoch(i.last_ts) - epoch(i.first_ts))
               AND NOT EXISTS (SELECT 1 FROM alloc_trend a WHERE a.host = i.host
                               AND a.gpu_index = i.gpu_index AND a.bins >= {PROBE_BINS})
             GROUP BY i.host ORDER BY i.host
@@ -280,7 +286,8 @@ def _never_idle(
             host,
             f"GPU {', '.join(map(str, gpus))} had {'at most ' if len(gpus) > 1 else ''}"
             f"{plural(int(most), 'idle window')} (the GPU near idle with no request running) "
-            f"in {hours:.1f} h of samples: "
+            f"in a process lifetime, and was idle under {NEVER_IDLE_SHARE:.0%} of "
+            f"{hours:.1f} h of samples: "
             f"a server that is never idle never shows its memory at rest, so "
             f"{', '.join(r.id for r in mine)} read too few idle windows there and leak "
             "or cache is not judged; `leakcollect probe env` records PyTorch's allocated "

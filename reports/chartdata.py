@@ -165,6 +165,7 @@ def markers(events: list[Event], x0: float, x1: float, plot_w: float) -> list[Ma
     MERGE_ABOVE times becomes ticks under one label with its count; labels get the first
     of LANES rows where they do not overlap (or none, with the text kept in the title)."""
     by_kind: dict[str, list[Event]] = {}
+    totals = Counter(e.kind for e in events)  # in the document, on the plot or not
     for e in sorted(events, key=lambda e: e.ts):
         if e.kind in EVENT_STYLE and x0 <= _iso_epoch(e.ts) <= x1:
             by_kind.setdefault(e.kind, []).append(e)
@@ -175,9 +176,14 @@ def markers(events: list[Event], x0: float, x1: float, plot_w: float) -> list[Ma
         if len(evs) > MERGE_ABOVE:
             ts = [_iso_epoch(e.ts) for e in evs]
             same = len({_signature(e) for e in evs}) == 1
-            capped = len(evs) >= MAX_EVENTS_PER_KIND  # the analysis kept only the last ones
-            text = f"{label} ×{len(evs)}{'+' if capped else ''}"
-            kept = f"; only the last {MAX_EVENTS_PER_KIND} are kept" if capped else ""
+            # as many of the kind as the analysis keeps of a server-log kind: there may be more
+            capped = kind != "memory_snapshot" and totals[kind] >= MAX_EVENTS_PER_KIND
+            text = f"{label} ×{len(evs)}"
+            kept = (
+                f"; the analysis keeps the last {MAX_EVENTS_PER_KIND} of each kind"
+                if capped
+                else ""
+            )
             title = f"{text} ({'identical lines' if same else 'similar lines'}{kept}), {_clock(ts[0])} → {_clock(ts[-1])}: {evs[-1].text[:300]}"
             out.append(Marker(ts[0], text, color, None, title, ts))
             continue

@@ -271,7 +271,7 @@ def test_an_oom_time_already_past_at_the_analysis_is_not_a_countdown(sim_doc) ->
         assert (" in " in line[0].split(soon.host, 1)[1]) is not past, line[0]
 
 
-def test_a_kind_at_the_analysis_cap_says_that_older_lines_were_not_kept() -> None:
+def test_a_kind_at_the_analysis_cap_says_the_analysis_keeps_only_the_last() -> None:
     from analyzer.findings import MAX_EVENTS_PER_KIND
     from reports.chartdata import build_spec
 
@@ -282,10 +282,10 @@ def test_a_kind_at_the_analysis_cap_says_that_older_lines_were_not_kept() -> Non
     ]
     s.t = [_iso(evs[0].ts) + 60.0 * i for i in range(len(s.t))]
     (oom,) = [m for m in build_spec("c", "m", [s], evs, plot_w=752).markers if "OOM" in m.label]
-    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND}+" and "only the last" in oom.title
+    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND}" and "keeps the last" in oom.title
     fewer = build_spec("c", "m", [s], evs[1:], plot_w=752).markers
     (oom,) = [m for m in fewer if "OOM" in m.label]
-    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND - 1}" and "only the last" not in oom.title
+    assert oom.label == f"OOM ×{MAX_EVENTS_PER_KIND - 1}" and "keeps the last" not in oom.title
 
 
 def test_repeated_markers_merge_and_labels_never_overlap() -> None:

@@ -143,3 +143,10 @@ def test_the_same_leak_with_quiet_hours_is_judged_and_named_nowhere(tmp_path: Pa
     assert not [x for x in doc["run"]["incomplete"] if "idle window" in x], doc["run"]
     (rate,) = _rates(doc, "GM001")
     assert abs(rate - truth) <= 0.2 * truth and rc == 1, (rate, truth, err)
+
+
+def test_a_gpu_idle_throughout_is_clean_not_never_idle(tmp_path: Path) -> None:
+    """A spare GPU at 0 % for 12 h is one long idle window: nothing moved, nothing to name."""
+    rc, doc, err, _ = _analyze(tmp_path, "spare", hours=12, peak=0.0, diurnal=False)
+    assert not doc["run"]["incomplete"] and not doc["findings"], (doc["run"], doc["findings"])
+    assert rc == 0, err

@@ -80,6 +80,8 @@ agg AS (
            median(kv_idle) FILTER (WHERE k > n - ceil(n / 4)) AS last_kv_idle,
            quantile_cont(kv_idle, 0.75) FILTER (WHERE k <= ceil(n / 4)) AS first_kv_high,
            quantile_cont(kv_idle, 0.25) FILTER (WHERE k > n - ceil(n / 4)) AS last_kv_low,
+           least(count(kv_idle) FILTER (WHERE k <= ceil(n / 4)),
+                 count(kv_idle) FILTER (WHERE k > n - ceil(n / 4))) AS kv_quarter_n,
            max(cum_requests) - min(cum_requests) AS requests
     FROM w GROUP BY ALL
 )

@@ -13,7 +13,8 @@ floor. It fires when SGLang's own idle check reports
 "token_to_kv_pool_allocator memory leak detected", or when the KV usage seen in
 idle windows keeps rising: the median of the last quarter of those windows at least
 $min_kv_rise of the pool above the first quarter's, the two quarters' readings
-apart (the last's lower quartile above the first's upper). Device memory
+apart (the last's lower quartile above the first's upper, two readings or more in
+each). Device memory
 does not show this leak: the KV pool is allocated up front, so it is found only
 from the engine's own numbers.
 """
@@ -42,10 +43,13 @@ idle AS (
     -- first: the earliest lifetime's first quarter of windows; last: the latest's last
     SELECT host, arg_min(first_kv_idle, gpu_index) AS first_idle_kv, arg_min(last_kv_idle, gpu_index) AS last_idle_kv,
            arg_min(first_kv_high, gpu_index) AS first_kv_high, arg_min(last_kv_low, gpu_index) AS last_kv_low,
+           arg_min(quarter_n, gpu_index) AS quarter_n,
            arg_min(n, gpu_index) AS idle_windows, min(first_start) AS first_ts, max(last_end) AS last_ts
     FROM (SELECT host, gpu_index, min(first_start) AS first_start, max(last_end) AS last_end,
                  arg_min(first_kv_idle, (first_start, first_kv_idle)) AS first_kv_idle, arg_max(last_kv_idle, (last_end, last_kv_idle)) AS last_kv_idle,
                  arg_min(first_kv_high, (first_start, first_kv_idle)) AS first_kv_high, arg_max(last_kv_low, (last_end, last_kv_idle)) AS last_kv_low,
+                 -- readings in the quarters compared (the first lifetime's first, the last's last)
+                 least(arg_min(kv_quarter_n, (first_start, first_kv_idle)), arg_max(kv_quarter_n, (last_end, last_kv_idle))) AS quarter_n,
                  sum(n) AS n
           FROM idle_trend WHERE first_kv_idle IS NOT NULL GROUP BY ALL)
     GROUP BY host
@@ -55,7 +59,8 @@ hits AS (
            c.available_size, c.max_total_num_tokens, i.first_idle_kv, i.last_idle_kv, i.idle_windows,
            least(c.first_ts, i.first_ts) AS start, greatest(c.last_ts, i.last_ts) AS "end",
            coalesce(i.idle_windows >= $min_windows AND i.last_idle_kv - i.first_idle_kv >= $min_kv_rise
-                    AND i.last_kv_low > i.first_kv_high AND i.last_idle_kv >= $min_idle_kv, false) AS floor_rising
+                    AND i.quarter_n >= 2 AND i.last_kv_low > i.first_kv_high
+                    AND i.last_idle_kv >= $min_idle_kv, false) AS floor_rising
     FROM checks c FULL OUTER JOIN idle i USING (host)
 )
 SELECT host, NULL AS gpu, NULL AS pid, start, "end",

@@ -18,9 +18,10 @@ on the latest process lifetime (a restart into a fixed build stops the alert),
 or on the earlier ones while the latest has too few idle windows to tell.
 """
 remediation = """
-Above the restart level and growing: restart the server now, in a quiet
-moment, before the OOM takes requests down with it. Otherwise plan a restart
-before the OOM forecast and fix the cause (see the leak findings).
+Where it says restart now (above the restart level, and full within a day
+by default): restart the server now, in a quiet moment, before the OOM
+takes requests down with it. Otherwise plan a restart before it is full (the
+hours in its summary) and fix the cause (see the leak findings).
 """
 references  = []
 [params]
@@ -64,8 +65,10 @@ SELECT host, gpu, pid, start, "end",
        round(used_pct, 1) AS used_pct, recent_peak_mib, total_mib, round(rate, 1) AS rate_mib_per_h,
        round(hours_to_full, 1) AS hours_to_full,
        used_pct > $restart_pct AND soon AS restart_now,
-       format('GPU {} on {} is at {:.0f} % and still growing ({:.0f} MiB/h, full in about {:.0f} h){}.',
-              gpu, host, used_pct, rate, hours_to_full,
+       format('GPU {} on {} is at {:.0f} % and still growing ({:.0f} MiB/h, {}){}.',
+              gpu, host, used_pct, rate,
+              CASE WHEN hours_to_full < 0.5 THEN 'already full at its peak'
+                   ELSE format('full in about {:.0f} h', hours_to_full) END,
               CASE WHEN used_pct > $restart_pct AND soon THEN ': restart now' ELSE '' END) AS summary
 FROM (
     SELECT c.host, c.gpu_index AS gpu, NULL AS pid, c.start, c."end", r.rate,

@@ -19,7 +19,7 @@ Plan a restart before the forecast time (a restart frees leaked memory), and
 fix the cause (see the leak finding). To buy time: lower --mem-fraction-static
 (SGLang) or --gpu-memory-utilization (vLLM) so the leak has more room, and
 schedule restarts inside the forecast window. Field alert levels: 75 % warning,
-90 % critical; above 85 % and still growing, restart now.
+90 % critical; above 85 % and full within a day, restart now.
 """
 references  = []
 [params]
