@@ -286,7 +286,7 @@ def _never_idle(
             host,
             f"GPU {', '.join(map(str, gpus))} had {'at most ' if len(gpus) > 1 else ''}"
             f"{plural(int(most), 'idle window')} (the GPU near idle with no request running) "
-            f"in a process lifetime, and was idle under {NEVER_IDLE_SHARE:.0%} of "
+            f"in a process lifetime, and was idle under {NEVER_IDLE_SHARE * 100:.0f} % of "
             f"{hours:.1f} h of samples: "
             f"a server that is never idle never shows its memory at rest, so "
             f"{', '.join(r.id for r in mine)} read too few idle windows there and leak "
