@@ -251,8 +251,6 @@ def _never_idle(
     its memory at rest, so the rules that compare idle windows read nothing there and
     their silence would read as "no leak". Where the allocator probe covers the GPU, its
     rules judge instead; else the host is named and the run is incomplete."""
-    if not idle_rules:
-        return
     try:
         rows = con.execute(
             f"""

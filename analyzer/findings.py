@@ -34,12 +34,17 @@ def iso_utc(v: Any) -> str | None:
     return str(v)
 
 
+def iso_time(t: str) -> dt.datetime:
+    """The datetime of an ISO-8601 text as :func:`iso_utc` writes it (``...Z``)."""
+    return dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+
 def iso_not_after(when: str | None, now: str | None) -> bool:
     """Is ISO time ``when`` at or before ``now`` (both given and readable)?"""
     if not when or not now:
         return False
     try:
-        return dt.datetime.fromisoformat(when) <= dt.datetime.fromisoformat(now)
+        return iso_time(when) <= iso_time(now)
     except ValueError:
         return False
 
@@ -188,7 +193,17 @@ class AllocSeries:
     nvml: list[int | None]
 
 
-MAX_EVENTS_PER_KIND = 60  # the last this many server-log events of each kind, per host
+# the server-log signatures shown as chart events (analyzer.series), and how many of each
+# kind the document keeps per host: the last ones
+EVENT_SIGNATURES = (
+    "oom",
+    "kv_leak_check",
+    "restart",
+    "server_args",
+    "image_processor",
+    "engine_version",
+)
+MAX_EVENTS_PER_KIND = 60
 
 
 @dataclass

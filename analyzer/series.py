@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from analyzer.findings import (
+    EVENT_SIGNATURES,
     MAX_EVENTS_PER_KIND,
     AllocSeries,
     Event,
@@ -24,6 +25,7 @@ from analyzer.findings import (
     GpuSeries,
     HostInfo,
     KvSeries,
+    iso_time,
     iso_utc,
 )
 from analyzer.packs import referenced_params
@@ -47,14 +49,6 @@ QUERIES = (
     "alloc_dropped",
 )
 MAX_POINTS = 480
-EVENT_SIGNATURES = (
-    "oom",
-    "kv_leak_check",
-    "restart",
-    "server_args",
-    "image_processor",
-    "engine_version",
-)
 # the values of the $names the queries use
 PARAMS: dict[str, Any] = {
     "max_points": MAX_POINTS,
@@ -213,17 +207,12 @@ def stale_hosts(doc: FindingsDocument) -> list[str]:
     if not ends:
         return []
     fleet_end = max(ends.values())
-    end_t = dt.datetime.fromisoformat(fleet_end.replace("Z", "+00:00"))
+    end_t = iso_time(fleet_end)
     return [
         f"{h}: no GPU samples after {t} (data runs to {fleet_end})"
         for h, t in sorted(ends.items())
-        if (end_t - dt.datetime.fromisoformat(t.replace("Z", "+00:00"))).total_seconds()
-        > STALE_MINUTES * 60
+        if (end_t - iso_time(t)).total_seconds() > STALE_MINUTES * 60
     ]
-
-
-def _when(t: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
 
 
 def date_stale_forecasts(doc: FindingsDocument) -> None:
@@ -233,19 +222,19 @@ def date_stale_forecasts(doc: FindingsDocument) -> None:
     again (the fan-out marks the merged document with the whole fleet's view)."""
     stale = {g.split(": ", 1)[0] for g in stale_hosts(doc)}
     ends = {h.host: h.last_ts for h in doc.hosts if h.last_ts}
-    made = _when(doc.run.generated_at) if doc.run.generated_at else None
+    made = iso_time(doc.run.generated_at) if doc.run.generated_at else None
     for f in doc.findings:
         if f.category != "oom.forecast":
             continue
         mark = f" {f.host} {STOPPED} "
         f.summary = f.summary.split(mark, 1)[0].split(f" {OLD_DATA} ", 1)[0]
         end = ends.get(f.host)
-        if f.host not in stale and end and made and made - _when(end) > OLD_AFTER:
+        if f.host not in stale and end and made and made - iso_time(end) > OLD_AFTER:
             # old data: "in about 36 min" must not read as from now
-            f.summary += f" {OLD_DATA} {end}, {_ago(made - _when(end))} before this analysis."
+            f.summary += f" {OLD_DATA} {end}, {_ago(made - iso_time(end))} before this analysis."
         if f.host in stale:
             fleet_end = max(ends.values())
-            past = f.end is not None and _when(f.end) <= _when(fleet_end)
+            past = f.end is not None and iso_time(f.end) <= iso_time(fleet_end)
             f.summary += f"{mark}{ends[f.host]}: this forecast counts from then" + (
                 f"; that time had passed by {fleet_end}, where the fleet's data ends."
                 if past

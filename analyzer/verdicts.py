@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from analyzer.categories import LEAK_CATEGORIES, severity_rank
-from analyzer.findings import Finding, FindingsDocument
+from analyzer.findings import Finding, FindingsDocument, iso_time
 
 # (category, short verdict), most decisive first: a GPU's verdict is its first match.
 VERDICTS: tuple[tuple[str, str], ...] = (
@@ -95,7 +95,7 @@ def _oom_clock(end: float | None, hours: float | None) -> str | None:
 
 
 def _epoch(ts: str | None) -> float | None:
-    return None if ts is None else dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    return None if ts is None else iso_time(ts).timestamp()
 
 
 def _data_ends(doc: FindingsDocument) -> dict[tuple[str, int | None], float | None]:

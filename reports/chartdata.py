@@ -13,7 +13,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analyzer.findings import MAX_EVENTS_PER_KIND, AllocSeries, Event, GpuSeries, KvSeries
+from analyzer.findings import (
+    EVENT_SIGNATURES,
+    MAX_EVENTS_PER_KIND,
+    AllocSeries,
+    Event,
+    GpuSeries,
+    KvSeries,
+)
 
 MIB = 2**20
 RANK_COLORS = (
@@ -176,8 +183,8 @@ def markers(events: list[Event], x0: float, x1: float, plot_w: float) -> list[Ma
         if len(evs) > MERGE_ABOVE:
             ts = [_iso_epoch(e.ts) for e in evs]
             same = len({_signature(e) for e in evs}) == 1
-            # as many of the kind as the analysis keeps of a server-log kind: there may be more
-            capped = kind != "memory_snapshot" and totals[kind] >= MAX_EVENTS_PER_KIND
+            # as many of a server-log kind as the analysis keeps: there may be more
+            capped = kind in EVENT_SIGNATURES and totals[kind] >= MAX_EVENTS_PER_KIND
             text = f"{label} ×{len(evs)}"
             kept = (
                 f"; the analysis keeps the last {MAX_EVENTS_PER_KIND} of each kind"
